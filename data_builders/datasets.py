@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from importlib.resources.abc import Traversable
@@ -62,38 +62,65 @@ __all__ = [
 
 ANSWER_INSTRUCTION = 'Reason in a few short steps, then end with "The answer is <number>."'
 
-ONE_SHOT_TEMPLATE = (
-    "Here is an example.\n"
-    "Question: A baker makes 4 trays of 6 muffins and sells 15 of them. How many muffins are left?\n"
-    "Solution: The baker makes 4 * 6 = 24 muffins. He sells 15, so 24 - 15 = 9 muffins are left. "
-    "The answer is 9.\n"
-    "\n"
-    "Question: {question}\n" + ANSWER_INSTRUCTION
-)
-
 ZERO_SHOT_TEMPLATE = "{question}\n" + ANSWER_INSTRUCTION
+
+# One worked example as a finished chat exchange (user question, assistant solution, end of turn), then the new
+# question. Measured on the embedded SmolLM2-135M-Instruct, greedy, 32 SVAMP problems at 96 new tokens: with the
+# example pasted into a single user message ("Question: ... Solution: ...") 75% of completions never stop (the
+# model writes the next "Question:" itself); as a chat exchange 3% do, because the example turn ends with the
+# end-of-turn token the model then imitates.
+ONE_SHOT_TEMPLATE: tuple[dict[str, str], ...] = (
+    {
+        "role": "user",
+        "content": "A baker makes 4 trays of 6 muffins and sells 15 of them. How many muffins are left?\n"
+        + ANSWER_INSTRUCTION,
+    },
+    {
+        "role": "assistant",
+        "content": "The baker makes 4 * 6 = 24 muffins. He sells 15, so 24 - 15 = 9 muffins are left. The answer is 9.",
+    },
+    {"role": "user", "content": ZERO_SHOT_TEMPLATE},
+)
 
 _PLACEHOLDER = "{question}"
 
+PromptTemplate = str | Sequence[dict[str, str]]
 
-def validate_template(template: str) -> str:
-    """Return `template` unchanged, or raise `ValueError` when it is not a string containing `{question}`."""
-    if not isinstance(template, str) or _PLACEHOLDER not in template:
+
+def validate_template(template: PromptTemplate) -> PromptTemplate:
+    """Return `template` unchanged, or raise `ValueError` when it has no `{question}` placeholder.
+
+    A template is a string (the one user message) or a sequence of chat messages (e.g. few-shot turns) whose
+    last message is a user message containing `{question}`.
+    """
+    if isinstance(template, str):
+        ok = _PLACEHOLDER in template
+    else:
+        try:
+            ok = bool(template) and template[-1]["role"] == "user" and _PLACEHOLDER in template[-1]["content"]
+        except (TypeError, KeyError, IndexError):
+            ok = False
+    if not ok:
         raise ValueError(
-            f"prompt_template must be a string containing the placeholder {_PLACEHOLDER!r} "
-            f"(where the problem text goes); got {template!r}."
+            f"prompt_template must be a string containing the placeholder {_PLACEHOLDER!r} (where the problem text "
+            "goes), or a list of chat messages whose last (user) message contains it; "
+            f"got {template!r}."
         )
     return template
 
 
-def build_prompt(question: str, template: str = ONE_SHOT_TEMPLATE) -> list[dict[str, str]]:
-    """Chat prompt of one user message: `template` with every `{question}` replaced by `question`.
+def build_prompt(question: str, template: PromptTemplate = ONE_SHOT_TEMPLATE) -> list[dict[str, str]]:
+    """Chat prompt for `question`: `template`'s messages (or one user message for a string template) with every
+    `{question}` replaced by `question`.
 
     >>> build_prompt("What is 2 + 3?", "Q: {question} A:")
     [{'role': 'user', 'content': 'Q: What is 2 + 3? A:'}]
+    >>> [m["role"] for m in build_prompt("What is 2 + 3?")]
+    ['user', 'assistant', 'user']
     """
     validate_template(template)
-    return [{"role": "user", "content": template.replace(_PLACEHOLDER, question)}]
+    messages = [{"role": "user", "content": template}] if isinstance(template, str) else template
+    return [{"role": m["role"], "content": m["content"].replace(_PLACEHOLDER, question)} for m in messages]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -213,7 +240,7 @@ def load_math_dataset(
     split: str | None = None,
     start: int = 0,
     end: int | None = None,
-    prompt_template: str = ONE_SHOT_TEMPLATE,
+    prompt_template: PromptTemplate = ONE_SHOT_TEMPLATE,
     question_column: str = "question",
     answer_column: str = "answer",
     id_column: str | None = None,
@@ -230,7 +257,8 @@ def load_math_dataset(
         split: split to read; default "train" for other data. Built-ins accept None or their shipped split
             ("test" for gsm8k and math500, "all" for svamp).
         start, end: 0-based row range `[start, end)` in file order; `end=None` means to the last row.
-        prompt_template: user-message template containing `{question}`.
+        prompt_template: a user-message string containing `{question}`, or chat messages (few-shot turns) whose
+            last user message contains it (default: ONE_SHOT_TEMPLATE).
         question_column, answer_column: columns of other data that hold the problem text and the gold answer.
             Ignored for built-ins.
         id_column: column with a per-row id (problem_id becomes "<source>/<id>"); None uses
@@ -264,7 +292,9 @@ def load_math_dataset(
     return dataset
 
 
-def _load_builtin(name: str, split: str | None, start: int, end: int | None, template: str) -> datasets.Dataset:
+def _load_builtin(
+    name: str, split: str | None, start: int, end: int | None, template: PromptTemplate
+) -> datasets.Dataset:
     spec = BUILTIN_DATASETS[name]
     if split not in (None, spec.split):
         raise ValueError(
@@ -287,7 +317,7 @@ def _load_external(
     split: str,
     start: int,
     end: int | None,
-    prompt_template: str,
+    prompt_template: PromptTemplate,
     question_column: str,
     answer_column: str,
     id_column: str | None,
@@ -351,7 +381,7 @@ def _external_row(
     index: int,
     *,
     offset: int,
-    template: str,
+    template: PromptTemplate,
     question_column: str,
     answer_column: str,
     id_column: str | None,

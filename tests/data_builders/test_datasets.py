@@ -13,6 +13,7 @@ from pathlib import Path
 
 import datasets
 import pytest
+
 from procrl.data_builders import datasets as mathdata
 from procrl.data_builders.datasets import (
     BUILTIN_DATASETS,
@@ -39,8 +40,9 @@ def _assert_schema(ds: datasets.Dataset) -> None:
     row = ds[0]
     for column in SCHEMA_COLUMNS[1:]:
         assert isinstance(row[column], str), column
-    assert row["prompt"] == [{"role": "user", "content": row["prompt"][0]["content"]}]
-    assert row["question"] in row["prompt"][0]["content"]
+    assert row["prompt"] == build_prompt(row["question"], ONE_SHOT_TEMPLATE)  # the default template
+    assert row["prompt"][-1]["role"] == "user"
+    assert row["question"] in row["prompt"][-1]["content"]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -191,14 +193,14 @@ def test_local_file_bad_range_and_empty_file(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def test_build_prompt_is_one_user_message_with_the_question():
+def test_one_shot_prompt_is_a_finished_example_exchange_then_the_question():
     question = "Sam has 3 apples and buys 4 more. How many apples does he have?"
     prompt = build_prompt(question, ONE_SHOT_TEMPLATE)
-    assert isinstance(prompt, list) and len(prompt) == 1
-    assert prompt[0]["role"] == "user"
-    assert question in prompt[0]["content"]
-    assert prompt[0]["content"].rstrip().endswith('"The answer is <number>."')
-    assert "The answer is 9." in prompt[0]["content"]  # the worked example's final line
+    assert [m["role"] for m in prompt] == ["user", "assistant", "user"]
+    assert prompt[1]["content"].endswith("The answer is 9.")  # the worked example's final line
+    assert prompt[2]["content"] == question + '\nReason in a few short steps, then end with "The answer is <number>."'
+    assert question not in prompt[0]["content"] + prompt[1]["content"]
+    assert build_prompt(question, ZERO_SHOT_TEMPLATE) == [prompt[2]]
     # Only {question} is substituted: LaTeX braces in the template or question survive.
     assert build_prompt(r"Find $\frac{1}{2}$.", r"{question} Use \boxed{}.")[0]["content"] == (
         r"Find $\frac{1}{2}$. Use \boxed{}."
@@ -207,10 +209,19 @@ def test_build_prompt_is_one_user_message_with_the_question():
 
 def test_one_shot_template_is_short():
     # The demo's 135M model generates 96 tokens; the prompt must stay small (~100 tokens ~ 80 words).
-    assert len(ONE_SHOT_TEMPLATE.split()) <= 80
+    assert sum(len(m["content"].split()) for m in ONE_SHOT_TEMPLATE) <= 80
 
 
-@pytest.mark.parametrize("template", ["Solve: {q}", "no placeholder", ""])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "Solve: {q}",  # wrong placeholder name
+        "no placeholder",
+        "",
+        [{"role": "user", "content": "{question}"}, {"role": "assistant", "content": "ok"}],  # last turn not user
+        [],  # no messages
+    ],
+)
 def test_template_without_placeholder_is_rejected(template):
     with pytest.raises(ValueError, match=r"\{question\}"):
         build_prompt("What is 1 + 1?", template)

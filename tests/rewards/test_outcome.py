@@ -9,11 +9,12 @@ import signal
 import threading
 import time
 
-import procrl.rewards.outcome as outcome_module
 import pytest
 import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import procrl.rewards.outcome as outcome_module
 from procrl.rewards.outcome import extract_answer, is_correct, outcome_reward, parse_gold
 
 # A short GSM8K-style solution: the calculator annotations hold intermediate values (24, 72), the answer is 72.

@@ -6,10 +6,11 @@ import doctest
 import os
 import re
 
-import procrl.rewards.steps as steps_module
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import procrl.rewards.steps as steps_module
 from procrl.rewards.steps import (
     Step,
     split_steps,

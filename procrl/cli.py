@@ -1,0 +1,91 @@
+"""The `procrl` command.
+
+    procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
+                                 (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
+                                 e.g. --max_steps 5 --eval_sets svamp:700:720:96)
+    procrl model prepare         convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once)
+    procrl model path            print the converted default model's directory
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+DEMO_CONFIG = Path("configs") / "grpo" / "svamp_smollm2_picsar.yaml"
+
+
+def find_demo_config() -> Path:
+    """The demo config: ./configs/... first, then the source checkout procrl is installed from (editable)."""
+    candidates = [Path.cwd() / DEMO_CONFIG, Path(__file__).resolve().parent.parent / DEMO_CONFIG]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"{DEMO_CONFIG} not found in {candidates[0].parent.parent.parent} or the procrl source tree; run `procrl demo` "
+        "from the repository root, or run `python train_grpo.py --config <your.yaml>`."
+    )
+
+
+def print_summary(summary: dict) -> None:
+    from procrl.reporting import format_table
+
+    train = summary["train"]
+    print()
+    print(f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s")
+    print(f"rewards: {', '.join(train['reward_funcs'])} with weights {train['reward_weights']}")
+    if summary["before"] or summary["after"]:
+        print()
+        print(format_table(summary["before"], summary["after"]))
+    print()
+    for key, label in (("summary_path", "summary"), ("curves", "curves"), ("wandb_dir", "wandb run (offline)")):
+        if summary.get(key):
+            print(f"{label}: {summary[key]}")
+    print(f"total wall time: {summary['total_wall_time_s'] / 60:.1f} min")
+    if summary.get("wandb_dir"):
+        print(f"sync later with: wandb sync {summary['wandb_dir']}")
+
+
+def _demo(rest: list[str]) -> int:
+    from procrl.train_grpo import cli_main
+
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    summary = cli_main(["--config", str(find_demo_config()), *rest])
+    print_summary(summary)
+    return 0
+
+
+def _model(args: argparse.Namespace) -> int:
+    from procrl.models import default_model_dir, prepare_default_model
+
+    if args.action == "prepare":
+        print(prepare_default_model(force=args.force))
+    else:
+        print(default_model_dir())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    parser = argparse.ArgumentParser(prog="procrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="run the main job (GRPO on SVAMP, outcome + PiCSAR); extra flags override the config")
+    model = sub.add_parser("model", help="the embedded default model")
+    model.add_argument("action", choices=["prepare", "path"])
+    model.add_argument("--force", action="store_true", help="convert again even if a converted copy exists")
+    if argv and argv[0] == "demo":  # everything after `demo` belongs to the GRPO parser
+        return _demo(argv[1:])
+    args = parser.parse_args(argv)
+    if args.command == "model":
+        return _model(args)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

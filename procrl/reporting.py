@@ -1,0 +1,61 @@
+"""Before/after tables and training curves for people to read (the CLI prints; library code returns text)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CURVE_KEYS = (
+    ("reward", "weighted reward (TRL `reward`)"),
+    ("task/accuracy", "task accuracy (outcome check)"),
+    ("completions/mean_length", "completion length (tokens)"),
+)
+
+
+def format_table(before: list[dict], after: list[dict]) -> str:
+    """A fixed-width before/after table of `EvalResult.to_dict()` rows, matched by data set name."""
+    header = (
+        f"{'eval set':<18} {'stage':<7} {'accuracy [95% CI]':<24} {'mean reward':>11} "
+        f"{'length':>7} {'trunc':>6} {'wall s':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    after_by_name = {r["name"]: r for r in after}
+    names = [r["name"] for r in before] + [r["name"] for r in after if r["name"] not in {b["name"] for b in before}]
+    before_by_name = {r["name"]: r for r in before}
+    for name in names:
+        for stage, row in (("before", before_by_name.get(name)), ("after", after_by_name.get(name))):
+            if row is None:
+                continue
+            acc = f"{row['accuracy']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+            lines.append(
+                f"{name:<18} {stage:<7} {acc:<24} {row['mean_reward']:>11.4f} {row['mean_length']:>7.1f} "
+                f"{row['truncated_frac']:>6.2f} {row['wall_time_s']:>7.1f}"
+            )
+    return "\n".join(lines)
+
+
+def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> Path:
+    """Plot reward, task accuracy and completion length against the training step into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(5 * len(CURVE_KEYS), 3.6))
+    for ax, (key, label) in zip(axes, CURVE_KEYS, strict=True):
+        points = [(row["step"], row[key]) for row in log_history if row.get(key) is not None and "step" in row]
+        if points:
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, marker="o", markersize=3)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,268 @@
+"""GRPO with process-reward modules on math problems: the implementation behind `train_grpo.py`.
+
+    accelerate launch train_grpo.py --config configs/grpo/svamp_smollm2_picsar.yaml
+    python train_grpo.py --config configs/grpo/svamp_smollm2_picsar.yaml --max_steps 5
+    ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2 train_grpo.py --config configs/grpo/svamp_smollm2_picsar.yaml
+
+(On CPU, `accelerate launch --num_processes 2 --cpu` starts only ONE process; use torchrun as above for two
+ranks.) The job: load the policy (`model_name_or_path: default` is the embedded SmolLM2-135M-Instruct), evaluate
+it greedily on the eval sets, train with `ProcessGRPOTrainer` and the configured reward functions, evaluate
+again, and write `summary.json` and `curves.png` into `output_dir`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class GRPOScriptArguments:
+    """What to train on, which rewards to use and how to evaluate (the `GRPOConfig` holds the rest)."""
+
+    dataset_name: str = field(
+        default="svamp",
+        metadata={"help": "Training problems: a built-in set (svamp, gsm8k, math500), a hub id or a local file/dir."},
+    )
+    dataset_split: str | None = field(default=None, metadata={"help": "Split for hub/local data sets."})
+    dataset_start: int = field(default=0, metadata={"help": "First training row (0-based, inclusive)."})
+    dataset_end: int | None = field(default=700, metadata={"help": "End training row (exclusive); null = all."})
+    question_column: str = field(default="question", metadata={"help": "Question column of non-built-in data."})
+    answer_column: str = field(default="answer", metadata={"help": "Gold answer column of non-built-in data."})
+    prompt_template: str = field(
+        default="one_shot",
+        metadata={"help": "'one_shot' (ends answers with 'The answer is N'), 'zero_shot', or a template with {question}."},
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["outcome", "picsar_bonus"],
+        metadata={"help": "Reward functions: registry names (outcome, picsar_bonus) or dotted paths 'module.func'."},
+    )
+    picsar_evaluator: str | None = field(
+        default=None, metadata={"help": "Model for PiCSAR's answer term; null = the live policy."}
+    )
+    picsar_normalize: str = field(
+        default="mean", metadata={"help": "PiCSAR bonus: 'mean' (per-token mean of each term) or 'sum'."}
+    )
+    eval_sets: list[str] = field(
+        default_factory=lambda: ["svamp:700:850:96", "gsm8k:0:50:256"],
+        metadata={"help": "Evaluation sets as name:start:end:max_new_tokens (greedy), run before and after training."},
+    )
+    eval_batch_size: int = field(default=32, metadata={"help": "Prompts per generate call in evaluation."})
+    run_eval: bool = field(default=True, metadata={"help": "Evaluate before and after training."})
+
+    def __post_init__(self):
+        for spec in self.eval_sets:
+            parse_eval_set(spec)
+        if self.eval_batch_size < 1:
+            raise ValueError("eval_batch_size must be >= 1")
+        if self.picsar_normalize not in ("mean", "sum"):
+            raise ValueError("picsar_normalize must be 'mean' or 'sum'")
+        if not self.reward_funcs:
+            raise ValueError("reward_funcs is empty: give at least one, e.g. [outcome]")
+        if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
+            raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
+
+
+def parse_eval_set(spec: str) -> tuple[str, int, int | None, int]:
+    """'svamp:700:850:96' -> ('svamp', 700, 850, 96). `end` may be empty (all rows); tokens default to 256."""
+    parts = spec.split(":")
+    if not 1 <= len(parts) <= 4 or not parts[0]:
+        raise ValueError(f"eval set {spec!r} must look like name:start:end:max_new_tokens, e.g. svamp:700:850:96")
+    try:
+        start = int(parts[1]) if len(parts) > 1 and parts[1] else 0
+        end = int(parts[2]) if len(parts) > 2 and parts[2] else None
+        tokens = int(parts[3]) if len(parts) > 3 and parts[3] else 256
+    except ValueError as err:
+        raise ValueError(f"eval set {spec!r}: start, end and max_new_tokens must be integers") from err
+    return parts[0], start, end, tokens
+
+
+def make_parser():
+    from trl import ModelConfig, TrlParser
+
+    from procrl.trainers.grpo import ProcessGRPOConfig
+
+    return TrlParser((GRPOScriptArguments, ProcessGRPOConfig, ModelConfig))
+
+
+def build_reward_funcs(script_args: GRPOScriptArguments) -> list:
+    """The registry (one explicit dict) plus dotted import paths for user rewards."""
+    from procrl.rewards.outcome import outcome_reward
+    from procrl.rewards.picsar import get_picsar_bonus
+
+    registry = {
+        "outcome": lambda: outcome_reward,
+        "picsar_bonus": lambda: get_picsar_bonus(
+            evaluator=script_args.picsar_evaluator, normalize=script_args.picsar_normalize
+        ),
+    }
+    funcs = []
+    for name in script_args.reward_funcs:
+        if name in registry:
+            funcs.append(registry[name]())
+        elif "." in name:
+            module, _, attr = name.replace(":", ".").rpartition(".")
+            funcs.append(getattr(importlib.import_module(module), attr))
+        else:
+            raise ValueError(f"unknown reward function {name!r}: use one of {sorted(registry)} or 'module.func'")
+    return funcs
+
+
+def resolve_template(name: str) -> str:
+    from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE
+
+    return {"one_shot": ONE_SHOT_TEMPLATE, "zero_shot": ZERO_SHOT_TEMPLATE}.get(name, name)
+
+
+def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
+    """Evaluate, train with GRPO, evaluate again; returns the summary also written to `summary.json`."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import get_peft_config
+
+    from procrl.data_builders.datasets import load_math_dataset
+    from procrl.models import resolve_model
+    from procrl.reporting import plot_curves
+    from procrl.rewards.outcome import outcome_reward
+    from procrl.trainers.evaluation import evaluate
+    from procrl.trainers.grpo import ProcessGRPOTrainer
+
+    t0 = time.perf_counter()
+    model_path = resolve_model(model_args.model_name_or_path or "default")
+    dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path,
+        revision=model_args.model_revision,
+        dtype=dtype if dtype is not None else torch.float32,
+        attn_implementation=model_args.attn_implementation,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    template = resolve_template(script_args.prompt_template)
+    train_dataset = load_math_dataset(
+        script_args.dataset_name,
+        split=script_args.dataset_split,
+        start=script_args.dataset_start,
+        end=script_args.dataset_end,
+        prompt_template=template,
+        question_column=script_args.question_column,
+        answer_column=script_args.answer_column,
+    )
+    eval_sets = []
+    for spec in script_args.eval_sets if script_args.run_eval else []:
+        name, start, end, tokens = parse_eval_set(spec)
+        data = load_math_dataset(name, start=start, end=end, prompt_template=template)
+        eval_sets.append((f"{name}[{start}:{start + len(data)}]", data, tokens))
+
+    reward_funcs = build_reward_funcs(script_args)
+    weights = training_args.reward_weights or [1.0] * len(reward_funcs)
+    for func in reward_funcs:
+        if hasattr(func, "bind_policy"):
+            func.bind_policy(model, tokenizer)
+
+    def run_eval(stage: str) -> list[dict]:
+        results = []
+        for label, data, tokens in eval_sets:
+            result = evaluate(
+                model,
+                tokenizer,
+                data,
+                name=label,
+                outcome_func=outcome_reward,
+                reward_funcs=reward_funcs,
+                reward_weights=weights,
+                max_new_tokens=tokens,
+                batch_size=script_args.eval_batch_size,
+                progress=training_args.process_index == 0,
+            )
+            logger.info("%s %s: accuracy %.3f", stage, label, result.accuracy)
+            results.append(result.to_dict())
+        return results
+
+    before = run_eval("before") if training_args.process_index == 0 else []
+    trainer = ProcessGRPOTrainer(
+        model=model,
+        reward_funcs=reward_funcs,
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=get_peft_config(model_args),
+    )
+    train_start = time.perf_counter()
+    train_output = trainer.train()
+    train_time = time.perf_counter() - train_start
+    trainer.save_model(training_args.output_dir)
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    after = run_eval("after") if trainer.accelerator.is_main_process else []
+
+    summary = {
+        "model": model_args.model_name_or_path or "default",
+        "train": {
+            "dataset": f"{script_args.dataset_name}[{script_args.dataset_start}:{script_args.dataset_end}]",
+            "steps": trainer.state.global_step,
+            "wall_time_s": train_time,
+            "train_loss": train_output.training_loss,
+            "reward_funcs": [getattr(f, "__name__", str(f)) for f in reward_funcs],
+            "reward_weights": list(weights),
+        },
+        "before": before,
+        "after": after,
+        "log_history": trainer.state.log_history,
+        "total_wall_time_s": time.perf_counter() - t0,
+    }
+    if trainer.accelerator.is_main_process:
+        out = Path(training_args.output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        plot_curves(trainer.state.log_history, out / "curves.png", title=Path(training_args.output_dir).name)
+        summary["curves"] = str(out / "curves.png")
+        summary["wandb_dir"] = _finish_wandb(summary)
+        (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2))
+        summary["summary_path"] = str(out / "summary.json")
+    return summary
+
+
+def _finish_wandb(summary: dict) -> str | None:
+    """Add the before/after numbers to the wandb run (if any), close it and return its local directory."""
+    try:
+        import wandb
+    except ImportError:
+        return None
+    run = wandb.run
+    if run is None:
+        return None
+    for stage in ("before", "after"):
+        for result in summary[stage]:
+            for key in ("accuracy", "mean_reward", "mean_length"):
+                run.summary[f"{stage}/{result['name']}/{key}"] = result[key]
+    directory = str(Path(run.dir).parent)
+    run.finish()
+    return directory
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def cli_main(argv: list[str] | None = None) -> dict:
+    """Parse `--config x.yaml` plus flag overrides and run `main`."""
+    parser = make_parser()
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    return main(script_args, training_args, model_args)

@@ -1,0 +1,224 @@
+"""ProcessGRPOTrainer on a tiny random Llama over the real SmolLM2 vocabulary (CPU, a few seconds a step)."""
+
+import math
+
+import pytest
+import torch
+from datasets import Dataset
+
+from procrl.logprobs import sequence_logps
+from procrl.rewards.outcome import outcome_reward
+from procrl.rewards.picsar import get_picsar_bonus
+from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer, pearson
+from procrl.trainers.rollout import ProcessRollout, render_prompts
+
+QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
+
+
+def _dataset(n_repeat=2):
+    rows = [{"prompt": [{"role": "user", "content": q}], "answer": a} for q, a in QUESTIONS] * n_repeat
+    return Dataset.from_list(rows)
+
+
+def _config(tmp_path, **overrides):
+    values = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=1,
+        learning_rate=1e-2,
+        temperature=0.7,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+    )
+    values.update(overrides)
+    return ProcessGRPOConfig(**values)
+
+
+@pytest.fixture()
+def tokenizer(smollm2_tokenizer):
+    smollm2_tokenizer.padding_side = "left"
+    return smollm2_tokenizer
+
+
+def reads_completion_logps(completions, completion_logps, **kwargs):
+    """A reward that fails loudly unless the rollout's raw log-probs arrive, one row per completion."""
+    assert len(completion_logps) == len(completions)
+    return [float(sum(row)) for row in completion_logps]
+
+
+def test_config_defaults_work_on_cpu(tmp_path):
+    config = _config(tmp_path)
+    assert config.bf16 is False  # TRL would resolve None to True and then raise on a CPU-only machine
+    assert config.multi_objective_aggregation == "normalize_then_sum"
+    with pytest.raises(ValueError, match="bf16: true needs a CUDA GPU"):
+        _config(tmp_path, bf16=True)
+
+
+def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama, tokenizer):
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward, reads_completion_logps],
+        args=_config(tmp_path, reward_weights=[1.0, 0.1]),
+        train_dataset=_dataset(),
+        processing_class=tokenizer,
+    )
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert changed, "no parameter changed after one GRPO step"
+    logs = trainer.state.log_history[0]
+    for key in ("task/accuracy", "hacking/truncated_frac", "hacking/reward_minus_accuracy", "rewards/outcome_reward/mean"):
+        assert key in logs, key
+
+
+def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
+    """Guards the one private override: fails if TRL (pinned 1.16.*) stops calling `_calculate_rewards`."""
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward],
+        args=_config(tmp_path),
+        train_dataset=_dataset(),
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    assert trainer.calculate_rewards_calls == 1
+    assert "task/accuracy" in trainer.state.log_history[0]
+
+
+def test_no_extra_policy_forward_for_completion_logps(tmp_path, tiny_llama, tokenizer):
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward, reads_completion_logps],
+        args=_config(tmp_path),
+        train_dataset=_dataset(),
+        processing_class=tokenizer,
+    )
+    model = trainer.model
+    state = {"generating": False, "outside": []}
+    original_generate = model.generate
+
+    def generate(*args, **kwargs):
+        state["generating"] = True
+        try:
+            return original_generate(*args, **kwargs)
+        finally:
+            state["generating"] = False
+
+    model.generate = generate
+    model.register_forward_hook(
+        lambda *_: None if state["generating"] else state["outside"].append(torch.is_grad_enabled())
+    )
+    trainer.train()
+    # one training step: exactly one policy forward outside generation, the loss forward (with grad)
+    assert state["outside"] == [True]
+
+
+def test_rollout_logps_match_a_separate_forward_and_trl(tmp_path, tiny_llama, tokenizer):
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward],
+        args=_config(tmp_path, max_completion_length=12),
+        train_dataset=_dataset(),
+        processing_class=tokenizer,
+    )
+    prompts = [row["prompt"] for row in _dataset()]
+    torch.manual_seed(3)
+    out = ProcessRollout()(prompts, trainer)
+    assert set(out) >= {"prompt_ids", "completion_ids", "logprobs", "completion_logps"}
+    assert [len(r) for r in out["completion_logps"]] == [len(c) for c in out["completion_ids"]]
+    assert out["prompt_ids"] == render_prompts(tokenizer, prompts)
+    # raw (T = 1) log-probs equal an independent teacher-forced pass
+    sequences = [p + c for p, c in zip(out["prompt_ids"], out["completion_ids"], strict=True)]
+    separate = sequence_logps(tiny_llama, sequences, [len(p) for p in out["prompt_ids"]])
+    for got, want in zip(out["completion_logps"], separate, strict=True):
+        assert got == pytest.approx(want, abs=1e-4)
+    # the sampling-temperature log-probs equal what TRL's loss computes: importance ratios are 1 at step 0
+    for prompt_ids, completion_ids, logprobs in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"], strict=True):
+        ids = torch.tensor([prompt_ids + completion_ids])
+        trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, torch.ones_like(ids), len(completion_ids), batch_size=1
+        )
+        ratios = torch.exp(trl_logps[0] - torch.tensor(logprobs))
+        assert torch.allclose(ratios, torch.ones_like(ratios), atol=1e-3)
+
+
+class FixedRollout:
+    """A rollout that returns given completion texts (tokenized + EOS) instead of sampling."""
+
+    def __init__(self, texts, logps=None):
+        self.texts, self.logps = texts, logps
+
+    def __call__(self, prompts, trainer):
+        tok = trainer.processing_class
+        completion_ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in self.texts]
+        gen = torch.Generator().manual_seed(0)
+        logps = self.logps or [(-torch.rand(len(c), generator=gen)).tolist() for c in completion_ids]
+        return {
+            "prompt_ids": render_prompts(tok, prompts),
+            "completion_ids": completion_ids,
+            "logprobs": [[0.0] * len(c) for c in completion_ids],
+            "completion_logps": logps,
+        }
+
+
+def constant_one(completions, **kwargs):
+    return [1.0] * len(completions)
+
+
+def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, tokenizer):
+    # answers: rows 0-3 -> "5", rows 4-7 -> "8" (TRL repeats each prompt num_generations times)
+    texts = ["The answer is 5", "The answer is 5", "The answer is 7", "no idea",
+             "The answer is 8", "The answer is 1", "The answer is 2", "The answer is 3"]  # 3 of 8 correct
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward, constant_one],
+        args=_config(tmp_path, reward_weights=[0.0, 1.0], per_device_train_batch_size=8, shuffle_dataset=False),
+        train_dataset=_dataset(n_repeat=1),
+        processing_class=tokenizer,
+        rollout_func=FixedRollout(texts),
+    )
+    trainer.train()
+    logs = trainer.state.log_history[0]
+    assert logs["task/accuracy"] == pytest.approx(3 / 8)
+    assert logs["reward"] == pytest.approx(1.0)  # weighted reward says nothing about correctness
+    assert logs["hacking/reward_minus_accuracy"] == pytest.approx(1.0 - 3 / 8)
+    assert logs["hacking/truncated_frac"] == 0.0
+
+
+def test_bonus_cannot_dominate_an_all_wrong_group(tmp_path, tiny_llama, tokenizer):
+    # group 0 (gold 5): all wrong, different reasonings; group 1 (gold 8): exactly one correct
+    texts = ["The answer is 3", "I add them. The answer is 4", "Two plus three is six. The answer is 6",
+             "The answer is 7", "The answer is 8", "The answer is 1", "So 4 and 4. The answer is 2",
+             "The answer is 3"]
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward, get_picsar_bonus()],
+        args=_config(tmp_path, reward_weights=[1.0, 0.1], per_device_train_batch_size=8, shuffle_dataset=False),
+        train_dataset=_dataset(n_repeat=1),
+        processing_class=tokenizer,
+        rollout_func=FixedRollout(texts),
+    )
+    inputs = [dict(row) for row in _dataset(n_repeat=1) for _ in range(4)]
+    advantages = trainer._generate_and_score_completions(inputs)["advantages"]
+    bonus = trainer.reward_funcs[1]
+    scores = bonus(prompts=[x["prompt"] for x in inputs], completions=texts, completion_ids=None,
+                   completion_logps=FixedRollout(texts)(None or [x["prompt"] for x in inputs], trainer)["completion_logps"])
+    assert len(set(round(s, 6) for s in scores[:4])) == 4  # the bonus really varies inside the all-wrong group
+    all_wrong = advantages[:4].abs().max().item()
+    correct = advantages[4].item()
+    assert correct > 0
+    assert all_wrong <= 0.25 * correct
+
+
+def test_pearson_matches_hand_computation():
+    x, y = torch.tensor([1.0, 2.0, 3.0, 4.0]), torch.tensor([2.0, 1.0, 4.0, 3.0])
+    # by hand: dx = [-1.5, -.5, .5, 1.5], dy = [-.5, -1.5, 1.5, .5]; Σ dx·dy = 4 × 0.75 = 3; Σ dx² = Σ dy² = 5
+    assert pearson(x, y) == pytest.approx(3 / 5)
+    assert pearson(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 2.0])) is None
+    assert pearson(torch.tensor([1.0]), torch.tensor([1.0])) is None
+    assert not math.isnan(pearson(x, -x))
