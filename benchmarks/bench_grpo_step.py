@@ -1,6 +1,6 @@
 """GRPO step time: outcome reward alone vs outcome + PiCSAR bonus (target ratio <= 1.15).
 
-    python benchmarks/bench_grpo_step.py [--steps 4] [--max_completion_length 96]
+    python benchmarks/bench_grpo_step.py [--steps 4] [--max_completion_length 96] [--reverse]
 
 Same default model, seed, prompts and batch for both arms; completion lengths are fixed with
 `min_new_tokens = max_completion_length` so both arms generate the same number of tokens. Both arms run one after
@@ -99,13 +99,14 @@ def main():
     parser.add_argument("--steps", type=int, default=4, help="steps per arm (the first is a warm-up)")
     parser.add_argument("--max_completion_length", type=int, default=96)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reverse", action="store_true", help="run the outcome+picsar arm first (order check)")
     args = parser.parse_args()
     import torch
 
     arms = ("outcome", "outcome+picsar")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for arm in arms:  # each arm trains in its own Trainer; the same seed gives the same prompts and samples
+        for arm in reversed(arms) if args.reverse else arms:  # each arm trains in its own Trainer; the same seed gives the same prompts and samples
             torch.manual_seed(args.seed)
             trainer, timer, funcs = build(arm, args, os.path.join(tmp, arm.replace("+", "_")))
             trainer.train()

@@ -208,6 +208,7 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
 
     summary = {
         "model": model_args.model_name_or_path or "default",
+        "world_size": trainer.accelerator.num_processes,
         "train": {
             "dataset": f"{script_args.dataset_name}[{script_args.dataset_start}:{script_args.dataset_end}]",
             "steps": trainer.state.global_step,
