@@ -14,4 +14,6 @@ if __name__ == "__main__":
 
     parser = make_parser()
     script_args, training_args, model_args = parser.parse_args_and_config()
-    print_summary(main(script_args, training_args, model_args))
+    summary = main(script_args, training_args, model_args)
+    if training_args.process_index == 0:
+        print_summary(summary)

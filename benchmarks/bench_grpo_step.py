@@ -63,6 +63,7 @@ def build(arm: str, args, out_dir: str):
         temperature=0.7,
         learning_rate=1e-5,
         beta=0.0,
+        activation_checkpointing=False,  # as in the demo config
         max_steps=args.steps,
         logging_steps=1,
         save_strategy="no",
@@ -112,7 +113,7 @@ def main():
             trainer.train()
             results[arm] = (timer.times, funcs)
 
-    print(f"\nGRPO step time, default model, 8 prompts x 8 completions x {args.max_completion_length} tokens, "
+    print(f"\nGRPO step time, default model, 1 prompt x 8 completions x {args.max_completion_length} tokens, "
           f"torch threads {torch.get_num_threads()}")
     medians = {}
     for arm in arms:

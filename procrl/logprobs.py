@@ -2,11 +2,13 @@
 
 Convention (DESIGN §3 "Log-probabilities"): raw model distribution (temperature 1), natural log; the logits at
 position t score token t+1; `log_softmax` always; position ids are passed explicitly so left or right padding
-never changes a score (checked to 1e-4 in fp32 for rotary (Llama) and absolute (GPT-2) position embeddings).
+never changes a score (tested to 1e-4 in fp32; the GPT-2 case, with absolute position embeddings, is the one
+that fails when position ids are wrong, since rotary embeddings are invariant to a shift of every position).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -19,7 +21,7 @@ def sequence_logps(
     score_from: Sequence[int],
     *,
     pad_token_id: int = 0,
-    padding_side: str = "right",
+    padding_side: str = "left",
     batch_size: int = 8,
 ) -> list[list[float]]:
     """Log-probabilities of the tokens `sequences[i][score_from[i]:]` given everything before them.
@@ -30,7 +32,10 @@ def sequence_logps(
         sequences: token ids, one list per example (lengths T_i).
         score_from: index of the first token to score in each sequence (>= 1: the first token has no context).
         pad_token_id: id used to fill padding (masked out, so its value does not matter).
-        padding_side: "right" or "left"; results are identical up to float error.
+        padding_side: "left" (default) or "right"; results are identical up to float error. With left padding
+            every scored span ends at the last position, so only the last `max(T_i - score_from[i]) + 1`
+            positions go through the LM head (`logits_to_keep`, when the model accepts it): scoring a short
+            answer after a long context then skips almost all of the `(B, T, V)` logits.
         batch_size: sequences per forward pass.
 
     Returns:
@@ -61,18 +66,36 @@ def sequence_logps(
             attention_mask[row, offset : offset + len(seq)] = 1
             offsets.append(offset)
         position_ids = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
-        logits = model(
-            input_ids=input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            position_ids=position_ids.to(device),
-        ).logits  # (B, T, V)
+        inputs = {
+            "input_ids": input_ids.to(device),
+            "attention_mask": attention_mask.to(device),
+            "position_ids": position_ids.to(device),
+        }
+        if _accepts(model, "use_cache"):
+            inputs["use_cache"] = False  # the KV cache would be built and thrown away
+        # Positions dropped from the front of the sequence dimension by `logits_to_keep` (0 = all kept).
+        dropped = 0
+        if padding_side == "left" and _accepts(model, "logits_to_keep"):
+            keep = max(len(seq) - start for seq, start in zip(chunk, starts, strict=True)) + 1
+            if keep < width:
+                inputs["logits_to_keep"], dropped = keep, width - keep
+        logits = model(**inputs).logits  # (B, T - dropped, V)
         for row, (seq, start, offset) in enumerate(zip(chunk, starts, offsets, strict=True)):
             if start == len(seq):
                 results.append([])
                 continue
             # logits at position p score token p + 1
-            scoring = logits[row, offset + start - 1 : offset + len(seq) - 1].float()  # (n, V)
+            lo, hi = offset + start - 1 - dropped, offset + len(seq) - 1 - dropped
+            scoring = logits[row, lo:hi].float()  # (n, V)
             targets = input_ids[row, offset + start : offset + len(seq)].to(scoring.device)  # (n,)
             logps = torch.log_softmax(scoring, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
             results.append(logps.cpu().tolist())
     return results
+
+
+def _accepts(model, argument: str) -> bool:
+    """Whether `model.forward` names `argument` explicitly (HF causal LMs do; toy test models may not)."""
+    try:
+        return argument in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False

@@ -66,11 +66,22 @@ def prepare_default_model(force: bool = False) -> Path:
     """Convert the embedded GGUF model to safetensors once and return the directory.
 
     The conversion writes into a temporary sibling directory and renames it into place, so an interrupted
-    run never leaves a half-written model that later loads.
+    run never leaves a half-written model that later loads; a file lock makes concurrent callers (several
+    ranks started by torchrun) wait for one conversion instead of replacing a directory another one is reading.
     """
     target = default_model_dir()
     if (target / _DONE_MARKER).is_file() and not force:
         return target
+    from filelock import FileLock
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{CONVERTED_NAME}.lock")):
+        if (target / _DONE_MARKER).is_file() and not force:  # another process converted it while we waited
+            return target
+        return _convert_default_model(target)
+
+
+def _convert_default_model(target: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = find_default_gguf()
@@ -78,7 +89,6 @@ def prepare_default_model(force: bool = False) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     detach_gguf_quantizer(model)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{CONVERTED_NAME}-", dir=target.parent))
     try:
         model.save_pretrained(tmp)

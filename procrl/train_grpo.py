@@ -109,7 +109,7 @@ def build_reward_funcs(script_args: GRPOScriptArguments) -> list:
     for name in script_args.reward_funcs:
         if name in registry:
             funcs.append(registry[name]())
-        elif "." in name:
+        elif "." in name or ":" in name:
             module, _, attr = name.replace(":", ".").rpartition(".")
             funcs.append(getattr(importlib.import_module(module), attr))
         else:
@@ -117,7 +117,8 @@ def build_reward_funcs(script_args: GRPOScriptArguments) -> list:
     return funcs
 
 
-def resolve_template(name: str) -> str:
+def resolve_template(name: str):
+    """'one_shot' / 'zero_shot' -> the shipped templates; anything else is a custom `{question}` template."""
     from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE
 
     return {"one_shot": ONE_SHOT_TEMPLATE, "zero_shot": ZERO_SHOT_TEMPLATE}.get(name, name)
@@ -137,6 +138,13 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
     from procrl.trainers.grpo import ProcessGRPOTrainer
 
     t0 = time.perf_counter()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # we use rollout_func knowingly (TRL pinned)
+    _default_wandb_offline(training_args.report_to)
+    if script_args.run_eval and training_args.deepspeed and "zero3" in str(training_args.deepspeed).lower():
+        raise ValueError(
+            "The before/after evaluation generates on rank 0 alone, which hangs with ZeRO-3 (partitioned weights). "
+            "Set run_eval: false, or use ZeRO-2."
+        )
     model_path = resolve_model(model_args.model_name_or_path or "default")
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
     model = AutoModelForCausalLM.from_pretrained(
@@ -145,6 +153,7 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
         dtype=dtype if dtype is not None else torch.float32,
         attn_implementation=model_args.attn_implementation,
     )
+    model.to(training_args.device)  # evaluate on the accelerator, not on the CPU where from_pretrained left it
     tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -233,6 +242,17 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
     return summary
 
 
+def _default_wandb_offline(report_to) -> None:
+    """With `report_to: wandb` and no wandb credentials, log offline instead of failing after the first eval."""
+    if "wandb" not in (report_to or []) or os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = Path.home() / ".netrc"
+    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return
+    os.environ["WANDB_MODE"] = "offline"
+    logger.warning("No wandb credentials found: logging to wandb in offline mode (WANDB_MODE=offline).")
+
+
 def _finish_wandb(summary: dict) -> str | None:
     """Add the before/after numbers to the wandb run (if any), close it and return its local directory."""
     try:
@@ -265,5 +285,4 @@ def cli_main(argv: list[str] | None = None) -> dict:
     """Parse `--config x.yaml` plus flag overrides and run `main`."""
     parser = make_parser()
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     return main(script_args, training_args, model_args)

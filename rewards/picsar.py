@@ -105,6 +105,9 @@ class PiCSARScorer:
         self.tokenizer = tokenizer
         self.evaluator = evaluator
         self.evaluator_tokenizer = evaluator_tokenizer
+        # A name or path given as evaluator is remembered, so a pickled copy reloads it instead of silently
+        # falling back to the policy.
+        self.evaluator_name = evaluator if isinstance(evaluator, str) else None
         self.instruction = instruction
         self.separator = separator
         self.normalize = normalize
@@ -117,11 +120,16 @@ class PiCSARScorer:
             self.model, self.tokenizer = model, tokenizer
 
     def __getstate__(self):
-        # Live models do not travel: a copy sent to another process re-binds to its own policy.
+        # Live models do not travel: a copy sent to another process re-binds to its own policy, and reloads an
+        # evaluator given by name. An evaluator passed as a model object cannot travel: refuse rather than
+        # silently scoring with the policy.
         state = self.__dict__.copy()
-        for key in ("model", "evaluator"):
-            if state[key] is not None and not isinstance(state[key], str):
-                state[key] = None
+        if state["evaluator"] is not None and not isinstance(state["evaluator"], str):
+            if self.evaluator_name is None:
+                raise TypeError("a PiCSARScorer holding an evaluator model object cannot be pickled; pass its name or path")
+            state["evaluator"], state["evaluator_tokenizer"] = self.evaluator_name, None
+        if state["model"] is not None:
+            state["model"], state["tokenizer"] = None, None
         return state
 
     def _evaluator(self):
@@ -133,7 +141,9 @@ class PiCSARScorer:
             from procrl.models import resolve_model
 
             path = resolve_model(model)
-            self.evaluator = model = AutoModelForCausalLM.from_pretrained(path).eval()
+            policy = self.model if self.model is not None else None
+            device = next(policy.parameters()).device if policy is not None else "cpu"
+            self.evaluator = model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
             self.evaluator_tokenizer = tokenizer = AutoTokenizer.from_pretrained(path)
         if model is None or tokenizer is None:
             raise RuntimeError(

@@ -30,7 +30,8 @@ class EvalResult:
         accuracy: fraction verified correct (problems whose gold cannot be parsed count as wrong and are
             reported in `unparseable_gold`).
         ci_low, ci_high: Wilson 95% interval of the accuracy.
-        mean_reward: mean weighted sum of the raw rewards (`reward_weights`), as TRL logs `reward`.
+        mean_reward: mean weighted sum of the raw rewards (`reward_weights`), None counted as 0 inside a row, rows
+            that no reward function applies to left out (as TRL logs `reward`).
         rewards: mean of each reward function over the completions it applies to (None values skipped).
         mean_length: mean completion length in tokens (EOS included).
         truncated_frac: completions that reached `max_new_tokens` without EOS.
@@ -142,13 +143,15 @@ def evaluate(
                 values = func(prompts=prompts, completions=completions, completion_ids=out.completion_ids, **kwargs)
                 rows_rewards.append(check_reward_length(func_name, values, len(prompts)))
             for i in range(len(prompts)):
-                total = 0.0
+                total, applied = 0.0, False
                 for k, values in enumerate(rows_rewards):
                     value = values[i]
                     if value is not None and math.isfinite(value):
                         per_func[k].append(float(value))
                         total += weights[k] * float(value)
-                weighted.append(total)
+                        applied = True
+                if applied:
+                    weighted.append(total)
             for ids in out.completion_ids:
                 lengths.append(len(ids))
                 truncated += int(not ids or ids[-1] not in eos_ids)
@@ -164,7 +167,7 @@ def evaluate(
         accuracy=correct / n if n else 0.0,
         ci_low=low,
         ci_high=high,
-        mean_reward=sum(weighted) / n if n else 0.0,
+        mean_reward=sum(weighted) / len(weighted) if weighted else 0.0,
         rewards={nm: (sum(v) / len(v) if v else None) for nm, v in zip(names, per_func, strict=True)},
         mean_length=sum(lengths) / n if n else 0.0,
         truncated_frac=truncated / n if n else 0.0,

@@ -96,6 +96,7 @@ def generate_completions(
     pad_token_id: int,
     eos_ids: Sequence[int],
     return_logprobs: bool = True,
+    logprobs_temperature: float | None = None,
     device: torch.device | str | None = None,
 ) -> GenerationOutput:
     """Batched `generate` with left padding and KV cache; one completion per prompt, cut after the first EOS.
@@ -106,8 +107,10 @@ def generate_completions(
         generation_config: a `transformers.GenerationConfig`; it is copied, never modified.
         pad_token_id: id used for left padding (masked out).
         eos_ids: ids that end a completion (any of them).
-        return_logprobs: also return `logprobs` (at the config's temperature; raw when sampling is off) and
-            `completion_logps` (raw, T = 1), gathered from the logits `generate` returns.
+        return_logprobs: also return `logprobs` and `completion_logps` (raw, T = 1), gathered from the logits
+            `generate` returns.
+        logprobs_temperature: temperature of `logprobs`; default: the config's temperature when sampling, else 1.
+            The rollout passes the trainer's temperature, the one TRL's loss divides the logits by.
 
     Returns:
         A `GenerationOutput` (natural-log probabilities).
@@ -128,7 +131,11 @@ def generate_completions(
     if not return_logprobs:
         return GenerationOutput(completion_ids)
 
-    temperature = float(config.temperature or 1.0) if config.do_sample else 1.0
+    if out.logits is None:
+        raise RuntimeError("generate() returned no logits although output_logits=True was requested")
+    temperature = logprobs_temperature
+    if temperature is None:
+        temperature = float(config.temperature or 1.0) if config.do_sample else 1.0
     raw_logps, tempered_logps = [], []
     # `out.logits` holds one (B, V) tensor per generated position, BEFORE any logits processor (raw model output).
     for logits in out.logits:
@@ -171,7 +178,7 @@ class ProcessRollout:
     __name__ = "process_rollout"
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
-        if getattr(trainer, "use_vllm", False):
+        if getattr(trainer, "use_vllm", False):  # ProcessGRPOTrainer refuses this at construction already
             raise NotImplementedError(
                 "procrl's rollout_func does not drive vLLM yet; set use_vllm: false (transformers generation)."
             )
@@ -193,6 +200,7 @@ class ProcessRollout:
                 trainer.generation_config,
                 pad_token_id=tokenizer.pad_token_id,
                 eos_ids=trainer.eos_token_ids,
+                logprobs_temperature=trainer.temperature,
                 device=trainer.accelerator.device,
             )
         return {

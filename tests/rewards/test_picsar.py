@@ -94,6 +94,15 @@ def test_bonus_is_picklable_and_named():
     assert clone.model is None  # a live model never travels; the receiving trainer binds its own
 
 
+def test_pickled_scorer_keeps_a_named_evaluator_and_refuses_a_model_object(tiny_llama, smollm2_tokenizer):
+    named = PiCSARScorer(evaluator="some/evaluator-model")
+    named.evaluator, named.evaluator_tokenizer = tiny_llama, smollm2_tokenizer  # as after loading it once
+    clone = pickle.loads(pickle.dumps(named))
+    assert clone.evaluator == "some/evaluator-model" and clone.evaluator_tokenizer is None  # reloads by name
+    with pytest.raises(TypeError, match="cannot be pickled"):
+        pickle.dumps(PiCSARScorer(evaluator=tiny_llama, evaluator_tokenizer=smollm2_tokenizer))
+
+
 def test_wrong_length_completion_logps_raises(scorer):
     with pytest.raises(ValueError, match="completion_logps"):
         scorer(prompts=[[{"role": "user", "content": "x"}]] * 2, completions=["The answer is 1"] * 2,

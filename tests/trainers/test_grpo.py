@@ -55,8 +55,14 @@ def test_config_defaults_work_on_cpu(tmp_path):
     config = _config(tmp_path)
     assert config.bf16 is False  # TRL would resolve None to True and then raise on a CPU-only machine
     assert config.multi_objective_aggregation == "normalize_then_sum"
-    with pytest.raises(ValueError, match="bf16: true needs a CUDA GPU"):
+    with pytest.raises(ValueError, match="bf16"):  # an explicit value is left to transformers' own check
         _config(tmp_path, bf16=True)
+
+
+def test_vllm_and_tools_are_refused_at_construction(tmp_path, tiny_llama, tokenizer):
+    with pytest.raises(NotImplementedError, match="vLLM"):
+        ProcessGRPOTrainer(model=tiny_llama, reward_funcs=[outcome_reward], args=_config(tmp_path, use_vllm=True),
+                           train_dataset=_dataset(), processing_class=tokenizer)
 
 
 def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama, tokenizer):
@@ -90,10 +96,21 @@ def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
     assert "task/accuracy" in trainer.state.log_history[0]
 
 
-def test_no_extra_policy_forward_for_completion_logps(tmp_path, tiny_llama, tokenizer):
+@pytest.mark.parametrize(
+    "bonus, expected_forwards",
+    [
+        # the raw log-probs come from the generation's own logits: only the loss forward (with grad) remains
+        ("reads_completion_logps", [True]),
+        # PiCSAR reuses them for the reasoning term; its answer term is one no-grad forward before the loss
+        ("picsar_bonus", [False, True]),
+    ],
+)
+def test_no_extra_policy_forward_for_completion_logps(tmp_path, tiny_llama, tokenizer, bonus, expected_forwards):
+    bonus_func = reads_completion_logps if bonus == "reads_completion_logps" else get_picsar_bonus()
+    # completions that always contain an answer, so PiCSAR's answer term runs on this random tiny model
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
-        reward_funcs=[outcome_reward, reads_completion_logps],
+        reward_funcs=[outcome_reward, bonus_func],
         args=_config(tmp_path),
         train_dataset=_dataset(),
         processing_class=tokenizer,
@@ -113,9 +130,10 @@ def test_no_extra_policy_forward_for_completion_logps(tmp_path, tiny_llama, toke
     model.register_forward_hook(
         lambda *_: None if state["generating"] else state["outside"].append(torch.is_grad_enabled())
     )
+    if bonus == "picsar_bonus":
+        trainer.rollout_func = AnswerSuffixRollout(trainer.rollout_func)
     trainer.train()
-    # one training step: exactly one policy forward outside generation, the loss forward (with grad)
-    assert state["outside"] == [True]
+    assert state["outside"] == expected_forwards
 
 
 def test_rollout_logps_match_a_separate_forward_and_trl(tmp_path, tiny_llama, tokenizer):
@@ -147,6 +165,26 @@ def test_rollout_logps_match_a_separate_forward_and_trl(tmp_path, tiny_llama, to
         assert torch.allclose(ratios, torch.ones_like(ratios), atol=1e-3)
 
 
+class AnswerSuffixRollout:
+    """Wraps a rollout and appends "The answer is 5" + EOS to every sampled completion (log-probs padded with
+    -1.0), so an answer can always be extracted from a random model's output."""
+
+    def __init__(self, rollout):
+        self.rollout = rollout
+
+    def __call__(self, prompts, trainer):
+        out = self.rollout(prompts, trainer)
+        tok = trainer.processing_class
+        suffix = tok(" The answer is 5", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        eos = set(trainer.eos_token_ids)
+        for i, ids in enumerate(out["completion_ids"]):
+            keep = len(ids) - 1 if ids and ids[-1] in eos else len(ids)
+            out["completion_ids"][i] = ids[:keep] + suffix
+            for key in ("logprobs", "completion_logps"):
+                out[key][i] = out[key][i][:keep] + [-1.0] * len(suffix)
+        return out
+
+
 class FixedRollout:
     """A rollout that returns given completion texts (tokenized + EOS) instead of sampling."""
 
@@ -170,14 +208,25 @@ def constant_one(completions, **kwargs):
     return [1.0] * len(completions)
 
 
-def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, tokenizer):
+def completion_tokens(completion_ids, **kwargs):
+    return [float(len(ids)) for ids in completion_ids]
+
+
+@pytest.mark.parametrize(
+    "reward_funcs, weights",
+    [
+        ([outcome_reward, constant_one], [0.0, 1.0]),  # outcome present with weight 0: its raw column is used
+        ([constant_one], [1.0]),  # outcome absent: the trainer runs the outcome check itself
+    ],
+)
+def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, tokenizer, reward_funcs, weights):
     # answers: rows 0-3 -> "5", rows 4-7 -> "8" (TRL repeats each prompt num_generations times)
     texts = ["The answer is 5", "The answer is 5", "The answer is 7", "no idea",
              "The answer is 8", "The answer is 1", "The answer is 2", "The answer is 3"]  # 3 of 8 correct
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
-        reward_funcs=[outcome_reward, constant_one],
-        args=_config(tmp_path, reward_weights=[0.0, 1.0], per_device_train_batch_size=8, shuffle_dataset=False),
+        reward_funcs=reward_funcs,
+        args=_config(tmp_path, reward_weights=weights, per_device_train_batch_size=8, shuffle_dataset=False),
         train_dataset=_dataset(n_repeat=1),
         processing_class=tokenizer,
         rollout_func=FixedRollout(texts),
@@ -188,6 +237,22 @@ def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, to
     assert logs["reward"] == pytest.approx(1.0)  # weighted reward says nothing about correctness
     assert logs["hacking/reward_minus_accuracy"] == pytest.approx(1.0 - 3 / 8)
     assert logs["hacking/truncated_frac"] == 0.0
+    assert "hacking/bonus_length_corr" not in logs  # a constant bonus has no defined correlation
+
+
+def test_bonus_length_correlation_is_logged(tmp_path, tiny_llama, tokenizer):
+    texts = ["The answer is 5", "5", "It is 5. The answer is 5", "The answer is 7",
+             "8", "The answer is 8", "so", "Four and four. The answer is 8"]
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama,
+        reward_funcs=[outcome_reward, completion_tokens],  # a "bonus" equal to the length: correlation exactly 1
+        args=_config(tmp_path, reward_weights=[1.0, 0.1], per_device_train_batch_size=8, shuffle_dataset=False),
+        train_dataset=_dataset(n_repeat=1),
+        processing_class=tokenizer,
+        rollout_func=FixedRollout(texts),
+    )
+    trainer.train()
+    assert trainer.state.log_history[0]["hacking/bonus_length_corr"] == pytest.approx(1.0)
 
 
 def test_bonus_cannot_dominate_an_all_wrong_group(tmp_path, tiny_llama, tokenizer):
@@ -206,8 +271,8 @@ def test_bonus_cannot_dominate_an_all_wrong_group(tmp_path, tiny_llama, tokenize
     inputs = [dict(row) for row in _dataset(n_repeat=1) for _ in range(4)]
     advantages = trainer._generate_and_score_completions(inputs)["advantages"]
     bonus = trainer.reward_funcs[1]
-    scores = bonus(prompts=[x["prompt"] for x in inputs], completions=texts, completion_ids=None,
-                   completion_logps=FixedRollout(texts)(None or [x["prompt"] for x in inputs], trainer)["completion_logps"])
+    logps = FixedRollout(texts)([x["prompt"] for x in inputs], trainer)["completion_logps"]  # same seed: same values
+    scores = bonus(prompts=[x["prompt"] for x in inputs], completions=texts, completion_ids=None, completion_logps=logps)
     assert len(set(round(s, 6) for s in scores[:4])) == 4  # the bonus really varies inside the all-wrong group
     all_wrong = advantages[:4].abs().max().item()
     correct = advantages[4].item()
