@@ -141,8 +141,7 @@ class PiCSARScorer:
             from procrl.models import resolve_model
 
             path = resolve_model(model)
-            policy = self.model if self.model is not None else None
-            device = next(policy.parameters()).device if policy is not None else "cpu"
+            device = next(self.model.parameters()).device if self.model is not None else "cpu"
             self.evaluator = model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
             self.evaluator_tokenizer = tokenizer = AutoTokenizer.from_pretrained(path)
         if model is None or tokenizer is None:
