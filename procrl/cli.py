@@ -3,7 +3,8 @@
     procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
                                  (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
                                  e.g. --max_steps 5 --eval_sets svamp:700:720:96)
-    procrl model prepare         convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once)
+    procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
+                                 --all also the Gemma 3 270M student of the PUM-Math builder
     procrl model path            print the converted default model's directory
 """
 
@@ -60,10 +61,12 @@ def _demo(rest: list[str]) -> int:
 
 
 def _model(args: argparse.Namespace) -> int:
-    from procrl.models import default_model_dir, prepare_default_model
+    from procrl.models import default_model_dir, prepare_default_model, prepare_gemma_model
 
     if args.action == "prepare":
         print(prepare_default_model(force=args.force))
+        if args.all:
+            print(prepare_gemma_model(force=args.force))
     else:
         print(default_model_dir())
     return 0
@@ -78,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     model = sub.add_parser("model", help="the embedded default model")
     model.add_argument("action", choices=["prepare", "path"])
     model.add_argument("--force", action="store_true", help="convert again even if a converted copy exists")
+    model.add_argument("--all", action="store_true", help="also prepare the Gemma 3 270M student (PUM-Math builder)")
     if argv and argv[0] == "demo":  # everything after `demo` belongs to the GRPO parser
         return _demo(argv[1:])
     args = parser.parse_args(argv)

