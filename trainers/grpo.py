@@ -13,9 +13,28 @@ What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
   non-outcome rewards and the completion length in tokens) and `hacking/truncated_frac` (completions that hit
   `max_completion_length` without EOS).
 
-The metrics hook is the one private override: `_calculate_rewards` (trl/trainer/grpo_trainer.py:1579 in TRL
-1.16.0, called once per generation batch from `_generate_and_score_completions`). The test
-`tests/trainers/test_grpo.py::test_calculate_rewards_override_is_called` fails if TRL stops calling it.
+- Process advantages (`advantage_mode: process | mixed`, DeepSeekMath §4.1.3, `procrl.trainers.advantages`): a
+  step scorer (`step_reward_func`, returning one `StepRewards` or None per completion) gives per-step rewards;
+  they are gathered from all ranks, normalised over all steps of each prompt's G completions, and turned into
+  per-token advantages `(B, T)` (suffix sums). `process` uses them alone; `mixed` adds TRL's outcome advantage
+  times `process_alpha`. The step scorer is never one of TRL's `reward_funcs`, so it is not also counted in the
+  scalar reward; `reward_funcs` still give TRL's `reward` metrics (and, in mixed mode, the outcome advantage).
+  Metrics: `process/not_applicable`, `process/steps_per_completion`, `process/step_reward_mean`,
+  `process/unscored_steps`.
+  The process part always normalises per group (scale_rewards does not apply to it). With one outcome step per
+  completion it equals TRL's outcome advantage under `multi_objective_aggregation: sum_then_normalize`; procrl's
+  default `normalize_then_sum` also standardises TRL's summed advantage over the whole batch (:2798-2799), so there
+  the two differ by that batch-wide affine map.
+
+Two private overrides, with TRL pinned to 1.16.* (line numbers of trl/trainer/grpo_trainer.py in TRL 1.16.0):
+- `_calculate_rewards` (:1579, called once per generation batch from `_generate_and_score_completions` at :2753)
+  computes the metrics above and the step rewards, where the prompts, completion texts and sampled ids of this
+  rank are at hand; it gathers across ranks like TRL does (:1681).
+- `_generate_and_score_completions` (:2324) calls TRL's and, in process/mixed mode, replaces its `advantages`
+  (B,) (:2818, :2903) with the (B, T) tensor aligned with `completion_mask` (right-padded completion ids,
+  :2454-2463); TRL's loss accepts (B, T) advantages (:3055-3059).
+Tests `tests/trainers/test_grpo.py::test_calculate_rewards_override_is_called` and
+`tests/trainers/test_advantages.py::test_generate_and_score_override_is_called` fail if TRL stops calling them.
 """
 
 from __future__ import annotations
@@ -28,10 +47,14 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from procrl.rewards.outcome import outcome_reward
+from procrl.trainers.advantages import check_step_rewards, normalize_step_rewards, pad_step_rewards, token_advantages
 from procrl.trainers.rollout import ProcessRollout
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
+
+
+ADVANTAGE_MODES = ("outcome", "process", "mixed")
 
 
 @dataclass
@@ -44,6 +67,8 @@ class ProcessGRPOConfig(GRPOConfig):
       transformers' own validation.
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (DESIGN §3).
+
+    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4).
     """
 
     bf16: bool | None = field(
@@ -61,7 +86,32 @@ class ProcessGRPOConfig(GRPOConfig):
         },
     )
 
+    advantage_mode: str = field(
+        default="outcome",
+        metadata={
+            "help": "Which advantages drive the update. 'outcome' (default): TRL's sequence-level GRPO advantage "
+            "from reward_funcs. 'process': per-token advantages from the trainer's step_reward_func (DeepSeekMath "
+            "§4.1.3: step rewards normalised over all steps of a prompt's completions, summed over the steps at or "
+            "after each token); reward_funcs then only feed the reward metrics. 'mixed': process + process_alpha × "
+            "outcome advantage. process and mixed need ProcessGRPOTrainer(step_reward_func=...)."
+        },
+    )
+    process_alpha: float = field(
+        default=1.0,
+        metadata={
+            "help": "mixed mode only: weight α of TRL's outcome advantage added to the per-token process advantage "
+            "(advantage = process + α × outcome). Finite and >= 0."
+        },
+    )
+
     def __post_init__(self):
+        if self.advantage_mode not in ADVANTAGE_MODES:
+            raise ValueError(
+                f"advantage_mode={self.advantage_mode!r} is not one of {ADVANTAGE_MODES}; set advantage_mode: outcome "
+                "(TRL's GRPO), process or mixed (these two also need a step_reward_func)."
+            )
+        if not (math.isfinite(self.process_alpha) and self.process_alpha >= 0):
+            raise ValueError(f"process_alpha={self.process_alpha} must be finite and >= 0 (e.g. process_alpha: 1.0).")
         if self.bf16 is None:
             use_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
             gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -76,12 +126,24 @@ class ProcessGRPOTrainer(GRPOTrainer):
         outcome_func: the outcome check behind `task/accuracy` (TRL reward signature, 1.0 / 0.0 / None);
             defaults to `procrl.rewards.outcome.outcome_reward`, which reads the dataset column `answer`.
         rollout_func: defaults to `ProcessRollout()`.
+        step_reward_func: the step scorer behind process advantages (`procrl.trainers.advantages.StepRewardFunc`:
+            `f(prompts, completions, completion_ids, **kwargs) -> list[StepRewards | None]`); required when
+            `args.advantage_mode` is 'process' or 'mixed', refused in 'outcome' mode, and never also one of
+            `reward_funcs` (it would be counted twice).
         All other arguments are `trl.GRPOTrainer`'s.
+
+    Raises:
+        ValueError: a missing, superfluous or double-counted step scorer (see `step_reward_func`).
     """
 
-    def __init__(self, *args, outcome_func=outcome_reward, rollout_func=None, **kwargs):
+    def __init__(self, *args, outcome_func=outcome_reward, rollout_func=None, step_reward_func=None, **kwargs):
+        args_obj = kwargs.get("args", args[2] if len(args) > 2 else None)
+        self.advantage_mode = getattr(args_obj, "advantage_mode", "outcome")
+        self.process_alpha = getattr(args_obj, "process_alpha", 1.0)
+        _check_step_reward_func(
+            self.advantage_mode, step_reward_func, kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
+        )
         if rollout_func is None:
-            args_obj = kwargs.get("args", args[2] if len(args) > 2 else None)
             if getattr(args_obj, "use_vllm", False):
                 raise NotImplementedError(
                     "procrl's rollout_func does not drive vLLM yet: set use_vllm: false (transformers generation)."
@@ -94,8 +156,17 @@ class ProcessGRPOTrainer(GRPOTrainer):
             rollout_func = ProcessRollout()
         super().__init__(*args, rollout_func=rollout_func, **kwargs)
         self.outcome_func = outcome_func
-        self.calculate_rewards_calls = 0  # read by the test that guards the private override
-        for reward_func in self.reward_funcs:
+        self.step_reward_func = step_reward_func
+        self.calculate_rewards_calls = 0  # read by the tests that guard the private overrides
+        self.generate_and_score_calls = 0
+        self._step_batch = None  # (gathered step rewards (N, S), local step ends (B, S), local lengths (B,))
+        if step_reward_func is not None and self.args.scale_rewards != "group":
+            logger.warning(
+                "scale_rewards=%r applies to the outcome advantage only; process advantages always divide by the "
+                "group's step-reward std (DESIGN §4).",
+                self.args.scale_rewards,
+            )
+        for reward_func in [*self.reward_funcs, step_reward_func]:
             if hasattr(reward_func, "bind_policy"):
                 reward_func.bind_policy(self.model, self._tokenizer)
 
@@ -111,7 +182,82 @@ class ProcessGRPOTrainer(GRPOTrainer):
         # Gather in process order, like TRL gathers `rewards_per_func`, so rows line up across tensors.
         gathered = self.accelerator.gather(local.to(self.accelerator.device)).cpu()
         self._log_process_metrics(gathered, rewards_per_func.cpu())
+        if self.step_reward_func is not None:
+            self._step_batch = self._score_steps(inputs, prompts, completions, completion_ids_list)
         return rewards_per_func
+
+    def _score_steps(self, inputs, prompts, completions, completion_ids_list):
+        """Run the step scorer on this rank's completions, gather the step rewards of all ranks, log `process/*`.
+
+        Returns (values `(N, S)` NaN-padded, all ranks in process order; ends `(B, S)` and lengths `(B,)` of this
+        rank's completions). Step counts differ between ranks, so rows are NaN-padded to the largest count first.
+        """
+        keys = [k for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")]  # as TRL (:1584)
+        kwargs = {k: [x[k] for x in inputs] for k in keys}
+        kwargs.update(trainer_state=self.state, log_extra=self._log_completion_extra, log_metric=self._log_metric)
+        step_rewards = self.step_reward_func(
+            prompts=prompts, completions=completions, completion_ids=completion_ids_list, **kwargs
+        )
+        step_rewards = check_step_rewards(_func_name(self.step_reward_func), step_rewards, completion_ids_list)
+        device = self.accelerator.device
+        local_steps = torch.tensor([max((len(s.values) for s in step_rewards if s is not None), default=0)])
+        num_steps = int(self.accelerator.gather(local_steps.to(device)).max())
+        values, ends = pad_step_rewards(step_rewards, num_steps)  # (B, S)
+        # one gather: [not applicable, number of steps, step rewards...] per completion
+        meta = torch.tensor([[float(s is None), 0.0 if s is None else len(s.values)] for s in step_rewards])
+        gathered = self.accelerator.gather(torch.cat([meta.reshape(-1, 2), values], dim=1).to(device)).cpu()
+        not_applicable, steps, all_values = gathered[:, 0].bool(), gathered[:, 1], gathered[:, 2:]
+        self._log_metric("process/not_applicable", not_applicable.float().mean().item())
+        if (~not_applicable).any():
+            self._log_metric("process/steps_per_completion", steps[~not_applicable].mean().item())
+            real = torch.arange(all_values.shape[1]).unsqueeze(0) < steps.unsqueeze(1)  # (N, S): not padding
+            scored = all_values[real]
+            finite = torch.isfinite(scored)
+            self._log_metric("process/unscored_steps", (~finite).float().mean().item())
+            if finite.any():
+                self._log_metric("process/step_reward_mean", scored[finite].mean().item())
+        lengths = torch.tensor([len(ids) for ids in completion_ids_list], dtype=torch.long)
+        return all_values, ends, lengths
+
+    def _generate_and_score_completions(self, inputs):
+        self._step_batch = None  # filled by _calculate_rewards inside TRL's method
+        output = super()._generate_and_score_completions(inputs)
+        self.generate_and_score_calls += 1
+        if self.advantage_mode == "outcome":
+            return output
+        if self._step_batch is None:
+            raise RuntimeError(
+                "No step rewards for this batch: TRL did not call _calculate_rewards from "
+                "_generate_and_score_completions (procrl supports trl==1.16.*)."
+            )
+        all_values, ends, lengths = self._step_batch
+        self._step_batch = None
+        mode = "train" if self.model.training else "eval"
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        normalized = normalize_step_rewards(all_values, num_generations)  # (N, S), all ranks
+        start = self.accelerator.process_index * len(lengths)
+        local = normalized[start : start + len(lengths)]  # this rank's rows, as TRL slices (:2813-2818)
+        outcome = output["advantages"]  # (B,)
+        num_tokens = output["completion_ids"].size(1)
+        advantages = token_advantages(local, ends, num_tokens).to(outcome.device)  # (B, T)
+        if self.advantage_mode == "mixed":
+            in_completion = torch.arange(num_tokens).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T); padding stays 0
+            advantages = advantages + self.process_alpha * outcome.unsqueeze(1) * in_completion.to(outcome.device)
+        output["advantages"] = advantages
+        self._replace_logged_advantages(normalized.sum(dim=1))
+        return output
+
+    def _replace_logged_advantages(self, first_token: torch.Tensor) -> None:
+        """The completions table logs one advantage per completion; TRL just appended its outcome advantages
+        for the whole gathered batch (:2837). Replace them with the advantage of each completion's first token
+        (the sum of its normalised step rewards, plus α × outcome in mixed mode)."""
+        logged = self._logs["advantages"]
+        n = min(len(first_token), len(logged))
+        outcome = [logged.pop() for _ in range(n)][::-1]
+        new = first_token[len(first_token) - n :].tolist()
+        if self.advantage_mode == "mixed":
+            new = [p + self.process_alpha * o for p, o in zip(new, outcome, strict=True)]
+        logged.extend(new)
 
     def _local_process_stats(self, inputs, prompts, completions, completion_ids_list, rewards_per_func):
         """`(B_local, 3)`: correctness (1/0/NaN), completion length in tokens, truncated (1/0)."""
@@ -170,7 +316,36 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> float | None:
     return None if denom == 0.0 else float((x * y).sum()) / denom
 
 
+def _check_step_reward_func(mode: str, step_reward_func, reward_funcs) -> None:
+    """Refuse a missing step scorer in process/mixed mode, a superfluous one in outcome mode, and a step scorer
+    that is also a TRL reward function (it would be counted twice)."""
+    if mode in ("process", "mixed") and step_reward_func is None:
+        raise ValueError(
+            f"advantage_mode={mode!r} needs a step scorer: ProcessGRPOTrainer(step_reward_func=...), a callable "
+            "returning one procrl.trainers.advantages.StepRewards (or None) per completion, e.g. "
+            "OutcomeStepRewards(). Or set advantage_mode: outcome."
+        )
+    if mode == "outcome" and step_reward_func is not None:
+        raise ValueError(
+            "step_reward_func is only used with advantage_mode 'process' or 'mixed' (a ProcessGRPOConfig field); "
+            "set one of them or drop step_reward_func."
+        )
+    if step_reward_func is None or reward_funcs is None:
+        return
+    owner = getattr(step_reward_func, "__self__", None)  # a bound method: its object may be the reward function
+    for func in reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]:
+        if func is step_reward_func or (owner is not None and func is owner):
+            raise ValueError(
+                f"The step scorer {_func_name(step_reward_func)!r} is also one of reward_funcs: in advantage_mode "
+                f"{mode!r} it would be counted twice (scalar reward and process advantage). Remove it from "
+                "reward_funcs."
+            )
+
+
+def _func_name(func) -> str:
+    return getattr(func, "__name__", type(func).__name__)
+
+
 def _nanmean(values: torch.Tensor) -> float:
     valid = values[~torch.isnan(values)]
     return float(valid.mean()) if valid.numel() else math.nan
-
