@@ -1,0 +1,600 @@
+"""Tests of procrl.rewards.judges: parsing, cache, retries and faults against a scripted local HTTP server,
+the in-process judge, and one integration test against `transformers serve` on the embedded default model."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import logging
+import os
+import pickle
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import BaseModel, Field
+
+from procrl.rewards.judges import (
+    JudgeResult,
+    JudgeServer,
+    JudgeStats,
+    OpenAICompatibleJudge,
+    TransformersJudge,
+    extract_json_object,
+    open_judge,
+    parse_judgement,
+    request_cache_key,
+)
+
+
+class Score(BaseModel):
+    score: int = Field(ge=1, le=5)
+
+
+class Verdict(BaseModel):
+    correct: bool
+
+
+def req(text: str) -> list[dict]:
+    return [{"role": "system", "content": "Grade."}, {"role": "user", "content": text}]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A scripted OpenAI-compatible server: the user message picks what each successive attempt gets.
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class FaultServer:
+    """`/v1/chat/completions` on 127.0.0.1 whose answers follow `script[user_text]`, a list of actions, one per
+    attempt (the last one repeats). Unknown texts get 200 with '{"score": 1}'. Actions:
+    ("ok", content) | ("status", code) | ("sleep", seconds, content) | ("body", raw bytes, content type).
+    It records every POST body and Authorization header and the maximum number of requests in flight."""
+
+    def __init__(self, delay_s: float = 0.0):
+        self.script: dict[str, list[tuple]] = {}
+        self.delay_s = delay_s
+        self.posts: list[dict] = []
+        self.auth: list[str] = []
+        self.seen: dict[str, int] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def _send(self, code: int, body: bytes, content_type: str = "application/json"):
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout tests)
+                    pass
+
+            def do_GET(self):
+                if self.path.rstrip("/") == "/v1/models":
+                    self._send(200, json.dumps({"object": "list", "data": [{"id": "fault-model"}]}).encode())
+                else:
+                    self._send(404, b"{}")
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = body["messages"][-1]["content"]
+                with server.lock:
+                    server.posts.append(body)
+                    server.auth.append(self.headers.get("Authorization", ""))
+                    attempt = server.seen.get(text, 0)
+                    server.seen[text] = attempt + 1
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    actions = server.script.get(text, [("ok", '{"score": 1}')])
+                    action = actions[min(attempt, len(actions) - 1)]
+                    if server.delay_s:
+                        time.sleep(server.delay_s)
+                    if action[0] == "status":
+                        self._send(action[1], json.dumps({"error": {"message": "scripted"}}).encode())
+                    elif action[0] == "body":
+                        self._send(200, action[1], action[2])
+                    else:
+                        if action[0] == "sleep":
+                            time.sleep(action[1])
+                        self._send(200, json.dumps(completion(body["model"], action[-1])).encode())
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def attempts(self, text: str) -> int:
+        return self.seen.get(text, 0)
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def completion(model: str, content: str) -> dict:
+    return {
+        "id": "cmpl-test",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+@pytest.fixture()
+def server():
+    srv = FaultServer()
+    yield srv
+    srv.close()
+
+
+def make_judge(server: FaultServer, **kwargs) -> OpenAICompatibleJudge:
+    defaults = dict(max_retries=2, backoff_s=0.01, timeout_s=5.0, max_concurrency=4)
+    return OpenAICompatibleJudge(server.base_url, "fault-model", **{**defaults, **kwargs})
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"score": 4}', {"score": 4}),  # bare object
+        ('```json\n{"score": 2}\n```', {"score": 2}),  # fenced
+        ('Sure! Here is my grade: {"score": 5}. Hope it helps {x}', {"score": 5}),  # prose on both sides
+        ('{"a": {"b": 1}, "c": [1, {"d": 2}]}', {"a": {"b": 1}, "c": [1, {"d": 2}]}),  # nesting kept whole
+        ('{score: 3} then {"score": 3}', {"score": 3}),  # first VALID object: the unquoted one is skipped
+        ('{"score": 4', None),  # cut off by the token limit
+        ('{"score": NaN}', None),  # non-finite numbers are rejected (never a NaN score)
+        ('[{"score": 1}]', {"score": 1}),  # an array is not an object; its first object element is
+        ("no json here", None),
+        ("", None),
+    ],
+)
+def test_extract_json_object(text, expected):
+    assert extract_json_object(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text, value, reason",
+    [
+        ('```json\n{"score": 3}\n```', Score(score=3), None),
+        ('The grade is {"score": "4"} overall.', Score(score=4), None),  # pydantic lax mode: "4" -> 4
+        ('{"score": 3, "reason": "fine"}', Score(score=3), None),  # extra keys are ignored
+        ("I think it is a 3.", None, "invalid_json"),
+        ('{"score": 3', None, "invalid_json"),
+        ('{"grade": 3}', None, "schema_mismatch"),  # wrong key
+        ('{"score": 9}', None, "schema_mismatch"),  # out of the 1..5 range
+        ('{"score": "high"}', None, "schema_mismatch"),  # wrong type
+        ("   \n", None, "empty"),
+        (None, None, "empty"),
+    ],
+)
+def test_parse_judgement(text, value, reason):
+    assert parse_judgement(text, Score) == (value, reason)
+
+
+def test_stats_as_dict_counts_every_result():
+    stats = JudgeStats()
+    for result in [
+        JudgeResult(Score(score=1), None, attempts=1),
+        JudgeResult(Score(score=2), None, cached=True),
+        JudgeResult(None, "timeout", attempts=3),
+        JudgeResult(None, "timeout", attempts=3),
+        JudgeResult(None, "http_400", attempts=1),
+    ]:
+        stats.record(result)
+    # 5 requests = 2 scored + 3 unscored; attempts 1 + 0 + 3 + 3 + 1 = 8.
+    assert stats.as_dict() == {
+        "requests": 5,
+        "cache_hits": 1,
+        "scored": 2,
+        "unscored": 3,
+        "attempts": 8,
+        "unscored/http_400": 1,
+        "unscored/timeout": 2,
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Cache key and on-disk cache
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_cache_key_covers_every_request_field_and_not_the_url():
+    base = OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=64)
+    key = request_cache_key(base._request_payload(req("x"), Score))
+    assert len(key) == 64 and key == request_cache_key(base._request_payload(req("x"), Score))  # stable
+
+    class Score2(BaseModel):  # same fields, other name
+        score: int = Field(ge=1, le=5)
+
+    class ScoreWide(BaseModel):  # same name, other JSON schema
+        score: int = Field(ge=0, le=10)
+
+    ScoreWide.__name__ = "Score"
+    variants = {
+        "model": OpenAICompatibleJudge("http://a:1/v1", "m2", max_tokens=64)._request_payload(req("x"), Score),
+        "message": base._request_payload(req("y"), Score),
+        "role": base._request_payload([{"role": "user", "content": "x"}], Score),
+        "max_tokens": OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=65)._request_payload(req("x"), Score),
+        "json_mode": OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=64, json_mode=False)._request_payload(
+            req("x"), Score
+        ),
+        "extra_body": OpenAICompatibleJudge(
+            "http://a:1/v1", "m", max_tokens=64, extra_body={"seed": 1}
+        )._request_payload(req("x"), Score),
+        "schema_name": base._request_payload(req("x"), Score2),
+        "schema_json": base._request_payload(req("x"), ScoreWide),
+        "temperature": {**base._request_payload(req("x"), Score), "temperature": 0.5},
+    }
+    keys = {name: request_cache_key(payload) for name, payload in variants.items()}
+    assert all(k != key for k in keys.values()), keys
+    assert len(set(keys.values())) == len(keys)
+    # The server URL does not decide the reply: another host serving the same model shares the cache.
+    other_host = OpenAICompatibleJudge("http://b:2/v1", "m", max_tokens=64)
+    assert request_cache_key(other_host._request_payload(req("x"), Score)) == key
+    with pytest.raises(ValueError, match="JSON"):
+        request_cache_key({"messages": [object()]})
+
+
+def test_second_identical_call_is_served_from_disk(server, tmp_path):
+    judge = make_judge(server, cache_dir=tmp_path)
+    server.script["a"] = [("ok", '{"score": 2}')]
+    server.script["b"] = [("ok", "not json")]  # failures are never cached
+    first = judge.judge([req("a"), req("b")], Score, progress=False)
+    assert [r.cached for r in first] == [False, False] and first[0].value == Score(score=2)
+    assert len(server.posts) == 2
+    files = list(tmp_path.rglob("*.json"))
+    assert len(files) == 1 and files[0].parent.name == files[0].stem[:2]  # sharded by the key's first 2 chars
+
+    second = make_judge(server, cache_dir=tmp_path).judge([req("a"), req("b")], Score, progress=False)
+    assert second[0] == JudgeResult(Score(score=2), None, raw='{"score": 2}', cached=True, attempts=0)
+    assert second[1].unscored == "invalid_json" and not second[1].cached
+    assert len(server.posts) == 3  # only "b" went to the server again
+    # A different schema is a different request: no hit.
+    third = judge.judge([req("a")], Verdict, progress=False)
+    assert not third[0].cached and third[0].unscored == "schema_mismatch"
+    assert judge.stats.cache_hits == 0 and judge.stats.requests == 3
+
+
+def test_corrupt_cache_file_is_a_miss(server, tmp_path):
+    judge = make_judge(server, cache_dir=tmp_path)
+    server.script["a"] = [("ok", '{"score": 2}')]
+    judge.judge([req("a")], Score, progress=False)
+    (path,) = tmp_path.rglob("*.json")
+    path.write_text('{"key": "trunc')  # as if a writer died mid-file without the atomic rename
+    result = judge.judge([req("a")], Score, progress=False)[0]
+    assert result.value == Score(score=2) and not result.cached
+    assert json.loads(path.read_text())["value"] == {"score": 2}  # rewritten whole
+    assert not list(tmp_path.rglob("*.tmp"))  # no temporary files left behind
+
+
+def test_api_key_is_sent_but_never_logged_cached_or_shown(server, tmp_path, monkeypatch, caplog, capsys):
+    secret = "sk-procrl-test-SECRET-0123456789"
+    monkeypatch.setenv("PROCRL_JUDGE_API_KEY", secret)
+    caplog.set_level(logging.DEBUG)  # includes openai's and httpx's debug logs
+    judge = make_judge(server, cache_dir=tmp_path, max_retries=1)
+    server.script["a"] = [("status", 500), ("ok", '{"score": 2}')]  # a retry also logs
+    server.script["b"] = [("ok", "nope")]
+    results = judge.judge([req("a"), req("b")], Score, progress=True)
+    assert results[0].ok and results[1].unscored == "invalid_json"
+    assert server.auth == [f"Bearer {secret}"] * 3  # the key from the environment is what the server gets
+    assert secret not in repr(judge) and secret not in str(judge.stats.as_dict())
+    assert secret not in caplog.text and caplog.text  # something was logged, without the key
+    captured = capsys.readouterr()
+    assert secret not in captured.out + captured.err
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert secret not in path.read_text()
+
+
+def test_judge_pickles_without_the_key(server, monkeypatch):
+    secret = "sk-procrl-test-PICKLE-42"
+    monkeypatch.setenv("PROCRL_JUDGE_API_KEY", secret)
+    judge = make_judge(server)
+    judge.judge([req("a")], Score, progress=False)
+    blob = pickle.dumps(judge)
+    assert secret.encode() not in blob
+    clone = pickle.loads(blob)
+    assert clone.stats.requests == 1 and clone.judge([req("a")], Score, progress=False)[0].ok
+    assert server.auth[-1] == f"Bearer {secret}"  # read from the environment again after unpickling
+
+
+def test_missing_api_key_sends_dummy(server, monkeypatch):
+    monkeypatch.delenv("PROCRL_JUDGE_API_KEY", raising=False)
+    make_judge(server).judge([req("a")], Score, progress=False)
+    assert server.auth == ["Bearer EMPTY"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Faults: retries, typed failures, ordering, concurrency
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "actions, reason, attempts",
+    [
+        ([("status", 500), ("ok", '{"score": 4}')], None, 2),  # retry succeeds
+        ([("status", 503), ("status", 502), ("ok", '{"score": 4}')], None, 3),  # two 5xx then OK
+        ([("status", 500)], "http_500", 3),  # max_retries=2 -> 3 attempts, then unscored
+        ([("status", 429), ("ok", '{"score": 4}')], None, 2),  # rate limit retried
+        ([("status", 429)], "http_429", 3),
+        ([("status", 400)], "http_400", 1),  # a bad request is not retried
+        ([("status", 404)], "http_404", 1),
+        ([("body", b"{not json", "application/json")], "invalid_json", 3),  # malformed body: a server glitch, retried
+        ([("body", b"<html>oops</html>", "text/html")], "invalid_json", 3),
+        ([("body", b"{not json", "application/json"), ("ok", '{"score": 4}')], None, 2),
+        ([("ok", "I would say four.")], "invalid_json", 1),  # model output: deterministic, not retried
+        ([("ok", '{"grade": 4}')], "schema_mismatch", 1),
+        ([("ok", "")], "empty", 1),
+    ],
+)
+def test_fault_gives_typed_result(server, actions, reason, attempts):
+    server.script["q"] = actions
+    judge = make_judge(server)
+    (result,) = judge.judge([req("q")], Score, progress=False)
+    assert result.unscored == reason
+    assert result.value == (Score(score=4) if reason is None else None)
+    assert result.attempts == attempts == server.attempts("q")
+    assert judge.stats.attempts == attempts
+
+
+def test_timeout_is_retried_then_unscored(server):
+    server.script["slow"] = [("sleep", 1.5, '{"score": 4}')]
+    judge = make_judge(server, timeout_s=0.3, max_retries=1)
+    start = time.monotonic()
+    (result,) = judge.judge([req("slow")], Score, progress=False)
+    assert result == JudgeResult(None, "timeout", raw=None, cached=False, attempts=2)
+    assert server.attempts("slow") == 2
+    assert time.monotonic() - start < 1.5  # gave up on each attempt after ~0.3 s, not after the server's 1.5 s
+
+
+def test_timeout_then_success(server):
+    server.script["slow-once"] = [("sleep", 1.0, '{"score": 4}'), ("ok", '{"score": 5}')]
+    (result,) = make_judge(server, timeout_s=0.3, max_retries=1).judge([req("slow-once")], Score, progress=False)
+    assert result.value == Score(score=5) and result.attempts == 2
+
+
+def test_connection_refused_is_typed():
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    judge = OpenAICompatibleJudge(f"http://127.0.0.1:{port}/v1", "m", max_retries=1, backoff_s=0.01)
+    (result,) = judge.judge([req("a")], Score, progress=False)
+    assert result.unscored == "connection" and result.attempts == 2
+
+
+def test_mixed_batch_keeps_order_and_counts_failures(server):
+    # 10 requests: i % 3 == 0 fail for good (500), i % 3 == 1 fail once then succeed, i % 3 == 2 succeed at once;
+    # each success echoes its own index in "score" (1 + i % 5), so a reordering is visible.
+    kinds = {0: [("status", 500)], 1: [("status", 500), ("ok", None)], 2: [("ok", None)]}
+    for i in range(10):
+        server.script[f"item {i}"] = [
+            (a[0], a[1]) if a[0] == "status" else ("ok", json.dumps({"score": 1 + i % 5})) for a in kinds[i % 3]
+        ]
+    judge = make_judge(server, max_retries=1)
+    results = judge.judge([req(f"item {i}") for i in range(10)], Score, progress=False)
+    assert len(results) == 10
+    for i, result in enumerate(results):
+        if i % 3 == 0:
+            assert result.unscored == "http_500" and result.attempts == 2
+        else:
+            assert result.value == Score(score=1 + i % 5) and result.attempts == 1 + (i % 3 == 1)
+    # 4 failures (i = 0, 3, 6, 9), 6 scored; attempts 4*2 + 3*2 + 3*1 = 17 = the server's count.
+    assert judge.stats.as_dict() == {
+        "requests": 10,
+        "cache_hits": 0,
+        "scored": 6,
+        "unscored": 4,
+        "attempts": 17,
+        "unscored/http_500": 4,
+    }
+    assert len(server.posts) == 17
+
+
+@pytest.mark.parametrize("limit", [1, 3])
+def test_concurrency_limit_is_respected_and_used(limit):
+    srv = FaultServer(delay_s=0.15)
+    try:
+        judge = OpenAICompatibleJudge(srv.base_url, "fault-model", max_concurrency=limit, max_retries=0)
+        results = judge.judge([req(f"c{i}") for i in range(9)], Score, progress=False)
+        assert all(r.ok for r in results)
+        assert srv.max_in_flight == limit  # never more, and the limit is actually reached
+    finally:
+        srv.close()
+
+
+def test_request_body_is_what_the_docs_say(server):
+    judge = make_judge(server, max_tokens=33, extra_body={"top_k": 1})
+    judge.judge([req("a")], Score, progress=False)
+    body = server.posts[0]
+    assert body["model"] == "fault-model" and body["messages"] == req("a")
+    assert body["temperature"] == 0 and body["max_tokens"] == 33 and body["top_k"] == 1
+    assert body["response_format"] == {"type": "json_object"}
+    make_judge(server, json_mode=False).judge([req("b")], Score, progress=False)
+    assert "response_format" not in server.posts[1]
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [
+        "just a string",
+        [{"role": "user", "content": "x"}],  # one message list, not wrapped in a list of requests
+        [[]],  # an empty request
+        [["user: x"]],  # messages must be dicts
+        [[{"content": "x"}]],  # no role
+    ],
+)
+def test_bad_arguments_raise_value_error(server, requests):
+    with pytest.raises(ValueError):
+        make_judge(server).judge(requests, Score, progress=False)
+    assert server.posts == []
+
+
+def test_bad_schema_and_limits_raise(server):
+    with pytest.raises(ValueError, match="pydantic"):
+        make_judge(server).judge([req("a")], dict, progress=False)
+    with pytest.raises(ValueError, match="max_concurrency"):
+        OpenAICompatibleJudge(server.base_url, "m", max_concurrency=0)
+
+
+def test_empty_batch(server):
+    judge = make_judge(server)
+    assert judge.judge([], Score, progress=False) == [] and judge.stats.requests == 0
+
+
+def test_judge_works_inside_a_running_event_loop(server):
+    server.script["a"] = [("ok", '{"score": 3}')]
+    judge = make_judge(server)
+
+    async def caller():
+        sync = judge.judge([req("a")], Score, progress=False)  # sync API from async code: runs in a worker thread
+        concurrent = await judge.ajudge([req("a"), req("b")], Score, progress=False)
+        return sync, concurrent
+
+    sync, concurrent = asyncio.run(caller())
+    assert sync[0].value == Score(score=3) and [r.value for r in concurrent] == [Score(score=3), Score(score=1)]
+
+
+def test_open_judge_specs(server, tmp_path):
+    with open_judge(f"{server.base_url}#named-model", cache_dir=tmp_path, max_concurrency=2) as judge:
+        assert isinstance(judge, OpenAICompatibleJudge) and judge.model == "named-model"
+        assert judge.max_concurrency == 2 and judge.cache is not None
+    with open_judge(server.base_url, model="flag-model") as judge:  # --judge-model wins
+        assert judge.model == "flag-model"
+    with open_judge(server.base_url) as judge:  # asks GET /v1/models
+        assert judge.model == "fault-model"
+    with open_judge("transformers:some/model", max_new_tokens=7) as judge:
+        assert isinstance(judge, TransformersJudge) and judge.max_new_tokens == 7
+    with pytest.raises(ValueError, match="unknown judge spec"):
+        with open_judge("ftp://x"):
+            pass
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# In-process judge
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_transformers_judge_tiny_random_model_gives_typed_unscored(tiny_llama, smollm2_tokenizer):
+    judge = TransformersJudge(
+        "tiny-random", model=tiny_llama, tokenizer=smollm2_tokenizer, max_new_tokens=6, batch_size=2
+    )
+    results = judge.judge([req("a"), req("bb"), [{"role": "user", "content": "ccc"}]], Score, progress=False)
+    assert len(results) == 3
+    # Random weights emit random tokens: no valid JSON object, so every result is a typed failure.
+    assert all(not r.ok and r.unscored in {"invalid_json", "empty"} for r in results)
+    assert all(r.attempts == 1 and r.raw is not None for r in results)
+    assert judge.stats.as_dict()["unscored"] == 3
+
+
+class ScriptedLM(torch.nn.Module):
+    """A stand-in causal LM whose `generate` appends fixed reply ids (+ EOS) to every row: the judge's
+    template, batching, decoding and parsing run for real around it."""
+
+    def __init__(self, tokenizer, reply: str, fail: bool = False):
+        super().__init__()
+        self.anchor = torch.nn.Parameter(torch.zeros(1))
+        self.reply_ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        self.fail = fail
+        self.prompts: list[list[int]] = []
+
+    def generate(self, input_ids, attention_mask, generation_config, **kwargs):
+        if self.fail:
+            raise RuntimeError("out of memory (scripted)")
+        assert generation_config.do_sample is False
+        for row, mask in zip(input_ids, attention_mask, strict=True):
+            self.prompts.append(row[mask.bool()].tolist())
+        reply = torch.tensor(self.reply_ids).expand(input_ids.shape[0], -1)
+        return type("Out", (), {"sequences": torch.cat([input_ids, reply], dim=1)})()
+
+
+def test_transformers_judge_parses_and_caches(smollm2_tokenizer, tmp_path):
+    lm = ScriptedLM(smollm2_tokenizer, 'Here: ```json\n{"score": 4}\n```')
+    judge = TransformersJudge("scripted", model=lm, tokenizer=smollm2_tokenizer, batch_size=2, cache_dir=tmp_path)
+    results = judge.judge([req("a"), req("b"), req("c")], Score, progress=False)
+    assert [r.value for r in results] == [Score(score=4)] * 3
+    assert len(lm.prompts) == 3  # batches of 2 + 1
+    # The prompt is the chat template with the generation prompt: it ends with the assistant header.
+    assert smollm2_tokenizer.decode(lm.prompts[0]).endswith("<|im_start|>assistant\n")
+    again = judge.judge([req("b")], Score, progress=False)[0]
+    assert again.cached and again.value == Score(score=4) and len(lm.prompts) == 3
+
+
+def test_transformers_judge_failure_is_typed(smollm2_tokenizer):
+    judge = TransformersJudge(
+        "scripted", model=ScriptedLM(smollm2_tokenizer, "", fail=True), tokenizer=smollm2_tokenizer
+    )
+    results = judge.judge([req("a"), req("b")], Score, progress=False)
+    assert [r.unscored for r in results] == ["error:RuntimeError"] * 2
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Integration: `transformers serve` on the embedded default model
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class Answer(BaseModel):
+    answer: int
+
+
+def test_integration_judge_server_default_model(default_model_path, tmp_path):
+    # The server is pinned to one CPU thread: the test CPU is shared, and two threads thrash under load.
+    server = JudgeServer("default", num_threads=1, startup_timeout_s=240)
+    try:
+        server.start()
+    except RuntimeError as exc:
+        pytest.skip(f"transformers serve could not start here: {exc}")
+    try:
+        assert server.model_id == default_model_path and server.base_url.startswith("http://127.0.0.1:")
+        judge = OpenAICompatibleJudge(
+            server.base_url, server.model_id, max_tokens=16, timeout_s=180, max_retries=1, cache_dir=tmp_path
+        )
+        # Observed greedy reply of SmolLM2-135M-Instruct: '{"answer": 2}' (a weak judge: the protocol is what counts).
+        request = [{"role": "user", "content": 'What is 2+2? Reply as JSON: {"answer": <number>}'}]
+        (first,) = judge.judge([request], Answer, progress=False)
+        assert first.ok or first.unscored in {"invalid_json", "schema_mismatch", "empty"}, first
+        assert first.raw  # the server answered with text
+        (second,) = judge.judge([request], Answer, progress=False)
+        if first.ok:
+            assert second.cached and second.value == first.value and judge.stats.attempts == first.attempts
+        else:  # failures are not cached: asked again, same greedy reply
+            assert not second.cached and second.unscored == first.unscored
+        # A model id the server does not serve: a 400, typed and not retried.
+        wrong = OpenAICompatibleJudge(server.base_url, "not-this-model", max_tokens=4, max_retries=2)
+        (bad,) = wrong.judge([request], Answer, progress=False)
+        assert bad.unscored == "http_400" and bad.attempts == 1
+        pid = server._process.pid
+    finally:
+        server.stop()
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # the whole process group is gone
+
+
+def test_judge_server_start_failure_raises_with_log_tail(tmp_path):
+    missing = tmp_path / "no-such-model"
+    server = JudgeServer(str(missing), startup_timeout_s=120, log_path=str(tmp_path / "server.log"))
+    with pytest.raises(RuntimeError, match="did not start: the server exited with code 1") as info:
+        server.start()
+    last_line = Path(tmp_path / "server.log").read_text().strip().splitlines()[-1]
+    assert "no-such-model" in last_line and last_line in str(info.value)  # the log tail says what went wrong
+    assert server._process is None
