@@ -98,6 +98,7 @@ def generate_completions(
     return_logprobs: bool = True,
     logprobs_temperature: float | None = None,
     device: torch.device | str | None = None,
+    stopping_criteria=None,
 ) -> GenerationOutput:
     """Batched `generate` with left padding and KV cache; one completion per prompt, cut after the first EOS.
 
@@ -111,6 +112,8 @@ def generate_completions(
             `generate` returns.
         logprobs_temperature: temperature of `logprobs`; default: the config's temperature when sampling, else 1.
             The rollout passes the trainer's temperature, the one TRL's loss divides the logits by.
+        stopping_criteria: optional `transformers.StoppingCriteriaList` passed to `generate` (the data builders'
+            stop strings); a row it stops is filled with `pad_token_id` after its last token.
 
     Returns:
         A `GenerationOutput` (natural-log probabilities).
@@ -121,8 +124,9 @@ def generate_completions(
     config.return_dict_in_generate = True
     config.output_logits = return_logprobs
     config.output_scores = False
+    extra = {} if stopping_criteria is None else {"stopping_criteria": stopping_criteria}
     out = model.generate(
-        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config
+        input_ids=input_ids.to(device), attention_mask=attention_mask.to(device), generation_config=config, **extra
     )
     sequences = out.sequences[:, input_ids.shape[1] :].cpu()  # (B, T_new)
     lengths = completion_lengths(sequences, eos_ids)
@@ -173,9 +177,20 @@ class ProcessRollout:
     `repetition_penalty`, `max_completion_length` and `generation_kwargs`), so the sampling settings are
     exactly those of `GRPOConfig`. `output_logits` is added here, never through `generation_kwargs` (TRL would
     pass it to its own path too).
+
+    With `env` (a `procrl.trainers.search_env.SearchEnvironment`) the same function runs multi-turn search
+    episodes instead of single-turn generation: it additionally returns `env_mask` (1 = model token, 0 =
+    environment token; TRL masks the loss with it) and `search_trace` (one parsed `Trace` per completion), and the
+    log-probs of environment tokens are 0.0. `max_completion_length` then bounds model + environment tokens.
+
+    Args:
+        env: None (default) = single-turn generation, exactly as before; else the search environment.
     """
 
     __name__ = "process_rollout"
+
+    def __init__(self, env=None):
+        self.env = env
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
         if getattr(trainer, "use_vllm", False):  # ProcessGRPOTrainer refuses this at construction already
@@ -194,6 +209,27 @@ class ProcessRollout:
             generation_kwargs=trainer.generation_kwargs,
             gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
         ) as unwrapped_model:
+            if self.env is not None:
+                episodes = self.env.run(
+                    unwrapped_model,
+                    tokenizer,
+                    prompts,
+                    prompt_ids,
+                    trainer.generation_config,
+                    max_completion_length=trainer.generation_config.max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_ids=trainer.eos_token_ids,
+                    logprobs_temperature=trainer.temperature,
+                    device=trainer.accelerator.device,
+                )
+                return {
+                    "prompt_ids": prompt_ids,
+                    "completion_ids": episodes.completion_ids,
+                    "logprobs": episodes.logprobs,
+                    "completion_logps": episodes.completion_logps,
+                    "env_mask": episodes.env_mask,
+                    "search_trace": episodes.search_trace,
+                }
             out = generate_completions(
                 unwrapped_model,
                 prompt_ids,
