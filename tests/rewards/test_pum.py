@@ -1,0 +1,230 @@
+"""PUM rendering and scoring (rewards/pum.py) on a tiny random LlamaForSequenceClassification.
+
+The tiny model's score head is drawn with std 1 (not the 0.02 init), so U values are O(1) and differ between
+prefixes: the 1e-4 agreement checks below compare values that are far apart, not all close to 0.
+"""
+
+import pytest
+import torch
+
+from procrl.rewards.pum import PrefixUtilityModel, render_prefix, render_prompt_ids, strip_trailing_eos
+
+PROBLEM = "Tom has 3 apples and buys 5 more. He gives 2 away. How many apples does he have?"
+STEPS = [
+    "Tom starts with 3 apples.\n\n",
+    "He buys 5 more, so 3 + 5 = 8.\n\n",
+    "He gives 2 away: 8 - 2 = 6.\n\n",
+    "The answer is 6.",
+]
+
+
+def make_tiny_pum(vocab_size: int, seed: int = 0):
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,  # pad == eos == <|im_end|>, as for SmolLM2
+        num_labels=1,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForSequenceClassification(config).eval()
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 1.0)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_pum(smollm2_tokenizer):
+    return make_tiny_pum(len(smollm2_tokenizer))
+
+
+@pytest.fixture()
+def scorer(tiny_pum, smollm2_tokenizer):
+    return PrefixUtilityModel(tiny_pum, smollm2_tokenizer, max_length=1024, batch_size=8)
+
+
+def plain_score(model, ids) -> float:
+    """The reference: plain transformers, one unpadded sequence, `model(input_ids).logits`."""
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0, 0].item()
+
+
+def enc(tok, text):
+    return tok.encode(text, add_special_tokens=False)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Rendering
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_render_layout_prompt_then_prefix_pieces_without_end_of_turn(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    r = render_prefix(tok, PROBLEM, STEPS, max_length=1024)
+    chat = tok.apply_chat_template([{"role": "user", "content": PROBLEM}], add_generation_prompt=True, tokenize=False)
+    prompt = enc(tok, chat)
+    pieces = [enc(tok, s) for s in STEPS]
+    assert r.input_ids == prompt + sum(pieces, [])
+    assert r.prompt_length == len(prompt)
+    # boundary k = prompt length + tokens of pieces 0..k
+    expected, total = [], len(prompt)
+    for piece in pieces:
+        total += len(piece)
+        expected.append(total)
+    assert r.boundaries == expected and r.truncated_tokens == 0
+    assert tok.decode(r.input_ids[r.boundaries[0] : r.boundaries[1]]) == STEPS[1]
+    # no end-of-turn after the prefix: <|im_end|> (id 2) appears only inside the prompt (after system and user)
+    assert r.input_ids[-1] != tok.eos_token_id
+    assert r.input_ids.count(tok.eos_token_id) == prompt.count(tok.eos_token_id) == 2
+
+
+def test_string_prefix_is_split_into_steps_like_the_pieces(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    # Why piecewise: SmolLM2 encodes "\n\n" as one token at a step's end but as two before the next word.
+    assert enc(tok, "a\n\nb") != enc(tok, "a\n\n") + enc(tok, "b")
+    as_text = render_prefix(tok, PROBLEM, "".join(STEPS), max_length=1024)
+    as_pieces = render_prefix(tok, PROBLEM, STEPS, max_length=1024)
+    assert as_text == as_pieces
+    # a shorter prefix's ids are a strict prefix of the trajectory's ids
+    two = render_prefix(tok, PROBLEM, "".join(STEPS[:2]), max_length=1024)
+    assert two.input_ids == as_pieces.input_ids[: as_pieces.boundaries[1]]
+
+
+def test_trailing_eos_is_stripped(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    plain = render_prefix(tok, PROBLEM, "".join(STEPS), max_length=1024)
+    with_eos = render_prefix(tok, PROBLEM, "".join(STEPS) + "<|im_end|>", max_length=1024)
+    assert with_eos == plain
+    assert strip_trailing_eos("x<|im_end|>\n<|im_end|>", tok) == "x"
+    # as the last of given pieces: the piece becomes empty and repeats the previous boundary
+    pieces = render_prefix(tok, PROBLEM, [*STEPS, "<|im_end|>"], max_length=1024)
+    assert pieces.input_ids == plain.input_ids and pieces.boundaries == [*plain.boundaries, plain.boundaries[-1]]
+
+
+def test_truncation_keeps_the_problem_and_cuts_the_prefix_end(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    prompt = render_prompt_ids(tok, PROBLEM)
+    n0, n1 = len(enc(tok, STEPS[0])), len(enc(tok, STEPS[1]))  # 6 and 13 tokens
+    full = len(prompt) + n0 + n1
+    # fits exactly: max_length - 1 == full length
+    assert render_prefix(tok, PROBLEM, STEPS[:2], max_length=full + 1).truncated_tokens == 0
+    # one token over
+    r = render_prefix(tok, PROBLEM, STEPS[:2], max_length=full)
+    assert r.truncated_tokens == 1 and len(r.input_ids) == full - 1
+    # budget = prompt + 3 tokens: 6 + 13 - 3 = 16 tokens cut, both boundaries clipped to the budget
+    r = render_prefix(tok, PROBLEM, STEPS[:2], max_length=len(prompt) + 3 + 1)
+    assert r.truncated_tokens == n0 + n1 - 3
+    assert r.input_ids == prompt + enc(tok, STEPS[0])[:3]
+    assert r.boundaries == [len(prompt) + 3, len(prompt) + 3]
+    # the problem itself is never cut
+    with pytest.raises(ValueError, match="never cut"):
+        render_prefix(tok, PROBLEM, STEPS, max_length=len(prompt))
+    with pytest.raises(ValueError, match="max_length"):
+        render_prefix(tok, PROBLEM, STEPS, max_length=1)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Scoring
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_one_pass_equals_plain_per_prefix_scoring(scorer, tiny_pum, smollm2_tokenizer):
+    r = scorer.render(PROBLEM, STEPS)
+    one_pass = scorer.score_prefixes(PROBLEM, STEPS, include_empty=True)
+    # reference: one plain forward per prefix (the empty prefix = the prompt), each prefix rendered on its own
+    reference = [plain_score(tiny_pum, r.input_ids[: r.prompt_length])]
+    for k in range(len(STEPS)):
+        alone = render_prefix(smollm2_tokenizer, PROBLEM, STEPS[: k + 1], max_length=1024).input_ids
+        assert alone == r.input_ids[: r.boundaries[k]]
+        reference.append(plain_score(tiny_pum, alone))
+    assert len(one_pass) == len(STEPS) + 1
+    assert max(abs(a - b) for a, b in zip(one_pass, reference, strict=True)) < 1e-4
+    assert max(reference) - min(reference) > 0.1  # the values really differ
+    assert scorer.score_prefixes(PROBLEM, STEPS) == pytest.approx(one_pass[1:], abs=1e-5)
+
+
+def test_score_steps_batches_trajectories_like_single_ones(scorer):
+    other = ["Half of 10 is 5.\n\n", "Five plus one is 6.\n\n", "So 6."]
+    batched = scorer.score_steps([PROBLEM, "What is 10 / 2 + 1?"], [STEPS, other])
+    alone = [scorer.score_prefixes(PROBLEM, STEPS), scorer.score_prefixes("What is 10 / 2 + 1?", other)]
+    for row, ref in zip(batched, alone, strict=True):
+        assert len(row) == len(ref)
+        assert max(abs(a - b) for a, b in zip(row, ref, strict=True)) < 1e-4
+    # an empty step repeats the previous value; no steps give []
+    values = scorer.score_prefixes(PROBLEM, [STEPS[0], "", STEPS[1]])
+    assert values[1] == values[0]
+    assert scorer.score_prefixes(PROBLEM, []) == []
+
+
+def test_pooling_is_padding_invariant_with_pad_equal_to_eos(scorer, tiny_pum, smollm2_tokenizer):
+    target = "".join(STEPS[:2])
+    ids = scorer.render(PROBLEM, target).input_ids
+    assert smollm2_tokenizer.pad_token_id == smollm2_tokenizer.eos_token_id == 2
+    assert 2 in ids[:-1] and ids[-1] != 2  # end-of-turn tokens inside the prompt, none at the end
+    alone = scorer.score([PROBLEM], [target])[0]
+    reference = plain_score(tiny_pum, ids)
+    problems = [PROBLEM, "A much longer problem statement " * 6 + "?", "Short?"]
+    prefixes = [target, "".join(STEPS), "x"]  # the target is padded in both batches (one longer, one shorter row)
+    right = scorer.score(problems, prefixes, padding_side="right")[0]
+    left = scorer.score(problems, prefixes, padding_side="left")[0]
+    for value in (alone, right, left):
+        assert abs(value - reference) < 1e-4
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Loading
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_from_pretrained_full_checkpoint_roundtrip(tmp_path, tiny_pum, smollm2_tokenizer):
+    tiny_pum.save_pretrained(tmp_path)
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    loaded = PrefixUtilityModel.from_pretrained(tmp_path, device="cpu")
+    expected = PrefixUtilityModel(tiny_pum, smollm2_tokenizer).score([PROBLEM], ["".join(STEPS)])
+    assert loaded.score([PROBLEM], ["".join(STEPS)]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_from_pretrained_raises_without_a_trained_head(tmp_path, tiny_llama, smollm2_tokenizer):
+    # a causal LM checkpoint: score.weight is missing -> it would be a random head
+    tiny_llama.save_pretrained(tmp_path / "lm")
+    smollm2_tokenizer.save_pretrained(tmp_path / "lm")
+    with pytest.raises(ValueError, match="no trained score head"):
+        PrefixUtilityModel.from_pretrained(tmp_path / "lm", device="cpu")
+
+
+def test_lora_adapter_needs_the_head(tmp_path, tiny_llama, smollm2_tokenizer):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForSequenceClassification
+
+    base_dir = tmp_path / "lm"
+    tiny_llama.save_pretrained(base_dir)
+    smollm2_tokenizer.save_pretrained(base_dir)
+
+    def adapter(task_type, name):
+        torch.manual_seed(0)
+        base = AutoModelForSequenceClassification.from_pretrained(base_dir, num_labels=1)
+        peft_model = get_peft_model(base, LoraConfig(task_type=task_type, r=4, target_modules=["q_proj", "v_proj"]))
+        with torch.no_grad():
+            for n, p in peft_model.named_parameters():
+                if "lora_B" in n or "modules_to_save" in n:
+                    p.normal_(0.0, 0.5)  # as if trained: the adapter changes the scores
+        peft_model.save_pretrained(tmp_path / name)
+        return peft_model.eval()
+
+    # SEQ_CLS: PEFT saves `score` as a module to save -> loads, and equals the in-memory PEFT model
+    trained = adapter("SEQ_CLS", "seq_cls")
+    expected = PrefixUtilityModel(trained, smollm2_tokenizer).score_prefixes(PROBLEM, STEPS)
+    loaded = PrefixUtilityModel.from_pretrained(tmp_path / "seq_cls", device="cpu")
+    assert loaded.score_prefixes(PROBLEM, STEPS) == pytest.approx(expected, abs=1e-5)
+    # an adapter without the head on a causal-LM base: the head would be random -> raises
+    adapter("FEATURE_EXTRACTION", "no_head")
+    with pytest.raises(ValueError, match="no score-head weights"):
+        PrefixUtilityModel.from_pretrained(tmp_path / "no_head", device="cpu")
