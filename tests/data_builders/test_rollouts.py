@@ -1,0 +1,467 @@
+"""Rollout engine and sharded, resumable rollouts (data_builders/rollouts.py, issue 3 "Rollout engine").
+
+A tiny random Llama over the real SmolLM2 tokenizer stands in for a student. Its greedy outputs are arbitrary but
+deterministic, so expected values are derived from an independent run of the same model (a prompt alone, a forward
+pass, a run without EOS/stop) rather than hard-coded. The resume and two-process tests run real subprocesses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from procrl.data_builders.rollouts import (
+    Rollout,
+    RolloutEngine,
+    RolloutRequest,
+    RolloutStats,
+    SamplingParams,
+    TransformersEngine,
+    cut_completion,
+    make_engine,
+    run_rollouts,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+GREEDY = SamplingParams(temperature=0, max_new_tokens=10)
+
+
+@pytest.fixture()
+def engine(tiny_llama, smollm2_tokenizer):
+    return TransformersEngine(model=tiny_llama, tokenizer=smollm2_tokenizer, batch_size=4)
+
+
+def _ids(tokenizer, text):
+    return tokenizer(text)["input_ids"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# SamplingParams / Rollout
+
+
+def test_sampling_params_validate_and_canonicalise():
+    assert SamplingParams(temperature=1, stop="\n\n").to_dict() == SamplingParams(stop=["\n\n"]).to_dict()
+    assert SamplingParams(stop=("a",)).to_dict()["stop"] == ["a"]
+    for bad, match in [
+        ({"temperature": -0.1}, "temperature"),
+        ({"top_p": 0.0}, "top_p"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"top_k": -1}, "top_k"),
+        ({"max_new_tokens": 0}, "max_new_tokens"),
+        ({"min_new_tokens": 11, "max_new_tokens": 10}, "min_new_tokens"),
+        ({"stop": ("",)}, "stop"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            SamplingParams(**bad)
+
+
+def test_rollout_round_trip_and_checks():
+    r = Rollout([5, 2], "hi", [-0.5, -1.25], "eos")
+    assert Rollout.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    with pytest.raises(ValueError, match="log-probs"):
+        Rollout([5, 2], "hi", [-0.5], "eos")
+    with pytest.raises(ValueError, match="finish_reason"):
+        Rollout([5], "hi", [-0.5], "done")
+    with pytest.raises(ValueError, match="no prompt ids"):
+        RolloutRequest("k", [], 2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Ending a completion (hand-computed on the SmolLM2 tokenizer)
+
+
+def test_cut_completion_by_hand(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    # "Step one.\n\n\nThe end" -> ['Step', ' one', '.', '\n\n', '\n', 'The', ' end'] (ids checked below)
+    ids = [3512, 582, 30, 1116, 198, 504, 1112]
+    assert tok.decode(ids) == "Step one.\n\n\nThe end"
+    cases = [
+        ((), (7, "length")),  # nothing ends it: every token kept
+        (("\n\n",), (4, "stop")),  # completed by token 4 ('\n\n'), which is kept
+        (("\n\n\n",), (5, "stop")),  # needs the extra '\n' of token 5
+        (("ne",), (2, "stop")),  # the stop string ends inside token 2 (' one'): that token is kept whole
+        (("zzz", "The"), (6, "stop")),  # first of several stop strings to appear
+        (("absent",), (7, "length")),
+    ]
+    for stop, expected in cases:
+        assert cut_completion(ids, eos_ids=[2], stop=stop, tokenizer=tok) == expected, stop
+    # EOS (id 2) before a stop string: cut after the EOS, which is kept.
+    assert cut_completion([3512, 2, 582, 30, 1116], eos_ids=[2], stop=("\n\n",), tokenizer=tok) == (2, "eos")
+    # A stop string after the EOS does not count; one before it wins.
+    assert cut_completion([3512, 1116, 2], eos_ids=[2], stop=("\n\n",), tokenizer=tok) == (2, "stop")
+    # Only the completion's text is searched: "\nThe" does not contain "\n\n" even if the prompt ended with "\n".
+    assert cut_completion([198, 504], eos_ids=[2], stop=("\n\n",), tokenizer=tok) == (2, "length")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# TransformersEngine
+
+
+def test_left_padding_does_not_change_greedy_outputs(engine, smollm2_tokenizer):
+    short = _ids(smollm2_tokenizer, "Hello there, how")
+    long = _ids(smollm2_tokenizer, "A much longer prompt that goes on and on about nothing at all")
+    alone = engine.generate([short], GREEDY, seed=0)[0]
+    batch = engine.generate([long, short, long], GREEDY, seed=0)  # short is padded by 9+ columns, and re-ordered
+    assert batch[1].token_ids == alone.token_ids
+    assert batch[0].token_ids == batch[2].token_ids == engine.generate([long], GREEDY, seed=0)[0].token_ids
+    assert len(alone.token_ids) == 10 and alone.finish_reason == "length"  # random weights: no EOS in 10 greedy steps
+    torch.testing.assert_close(batch[1].logprobs, alone.logprobs, atol=1e-4, rtol=0)
+
+
+def test_logprobs_equal_an_independent_forward_pass(engine, tiny_llama, smollm2_tokenizer):
+    short = _ids(smollm2_tokenizer, "Hi")
+    long = _ids(smollm2_tokenizer, "Write a long story about a cat who learns to count to twenty")
+    params = SamplingParams(temperature=0.7, top_k=50, top_p=0.9, max_new_tokens=12)  # logprobs stay raw (T = 1)
+    for prompt, rollout in zip([short, long], engine.generate([short, long], params, seed=3), strict=True):
+        assert rollout.text == smollm2_tokenizer.decode(rollout.token_ids, skip_special_tokens=True)
+        full = torch.tensor([prompt + rollout.token_ids])
+        with torch.no_grad():
+            logits = tiny_llama(input_ids=full).logits[0].float()  # (P + L, V), no padding at all
+        # logits at position t score token t + 1: the completion's tokens are scored by positions P-1 .. P+L-2.
+        expected = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+        expected = expected.gather(-1, torch.tensor(rollout.token_ids)[:, None]).squeeze(-1)
+        torch.testing.assert_close(torch.tensor(rollout.logprobs), expected, atol=1e-4, rtol=0)
+
+
+def test_cut_after_eos(tiny_llama_factory, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    prompt = _ids(tok, "A much longer prompt that goes on and on about nothing at all")
+    plain = TransformersEngine(model=tiny_llama_factory(len(tok)), tokenizer=tok).generate([prompt], GREEDY, seed=0)[0]
+    # Declare the 5th greedy token an EOS id: generation must end right after its first occurrence, keeping it.
+    eos = plain.token_ids[4]
+    first = plain.token_ids.index(eos)
+    model = tiny_llama_factory(len(tok))
+    model.generation_config.eos_token_id = [2, eos]
+    out = TransformersEngine(model=model, tokenizer=tok).generate([prompt, prompt], GREEDY, seed=0)
+    for rollout in out:
+        assert rollout.token_ids == plain.token_ids[: first + 1]
+        assert rollout.finish_reason == "eos"
+        assert rollout.logprobs == pytest.approx(plain.logprobs[: first + 1], abs=1e-4)
+
+
+def test_stop_strings_cut_the_completion_only(engine, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    prompt = _ids(tok, "Hello there, how")
+    plain = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=12), seed=0)[0]
+    assert plain.finish_reason == "length"
+    # A stop string made of the decoded text of tokens 3..4: the expected cut is the first k whose decoded prefix
+    # contains it (linear scan here; the engine uses a stopping criterion during generation and a binary search).
+    stop = tok.decode(plain.token_ids[3:5])
+    k = next(k for k in range(1, 13) if stop in tok.decode(plain.token_ids[:k]))
+    assert k <= 5
+    rollout = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=12, stop=(stop,)), seed=0)[0]
+    assert rollout.token_ids == plain.token_ids[:k] and rollout.finish_reason == "stop"
+    assert stop in rollout.text and len(rollout.logprobs) == k
+    # Text that spans prompt and completion never matches: the prompt's last word + the first generated token's text.
+    spanning = "how" + tok.decode(plain.token_ids[:1])
+    assert spanning not in tok.decode(plain.token_ids[:1])
+    rollout = engine.generate([prompt], SamplingParams(temperature=0, max_new_tokens=12, stop=(spanning,)), seed=0)[0]
+    k = next((k for k in range(1, 13) if spanning in tok.decode(plain.token_ids[:k])), 12)
+    assert rollout.token_ids == plain.token_ids[:k]
+    assert k > 1
+
+
+def test_seeds_reproduce_and_differ(engine, smollm2_tokenizer):
+    rows = [_ids(smollm2_tokenizer, "Hi"), _ids(smollm2_tokenizer, "Tell me a story"), _ids(smollm2_tokenizer, "Hi")]
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    torch.manual_seed(1234)
+    before = torch.rand(1)
+    a = engine.generate(rows, params, seed=7)
+    torch.manual_seed(1234)
+    assert torch.equal(torch.rand(1), before)  # the caller's RNG stream is not consumed
+    torch.manual_seed(99)  # the global RNG state does not matter
+    b = engine.generate(rows, params, seed=7)
+    c = engine.generate(rows, params, seed=8)
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert [r.token_ids for r in a] != [r.token_ids for r in c]
+    assert a[0].token_ids != a[2].token_ids  # two samples of one prompt in one batch differ
+
+
+def test_make_engine_falls_back_to_transformers(tmp_path, tiny_llama, smollm2_tokenizer, monkeypatch):
+    import importlib.util
+
+    tiny_llama.save_pretrained(tmp_path)
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    engine = make_engine(str(tmp_path), device="cpu")
+    assert isinstance(engine, TransformersEngine)
+    assert engine.model_id.startswith(f"transformers:{tmp_path}:float32:")
+    with pytest.raises(ImportError, match="pip install vllm"):
+        make_engine(str(tmp_path), engine="vllm")
+    with pytest.raises(ValueError, match="engine must be"):
+        make_engine(str(tmp_path), engine="tgi")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# run_rollouts
+
+
+class Counting(RolloutEngine):
+    """Wraps an engine and counts the rows it is asked to generate."""
+
+    def __init__(self, inner):
+        self.inner, self.rows, self.calls = inner, 0, 0
+        self.model_id, self.tokenizer = inner.model_id, inner.tokenizer
+
+    def cache_key(self):
+        return self.inner.cache_key()
+
+    def generate(self, prompt_ids, params, *, seed):
+        self.rows += len(prompt_ids)
+        self.calls += 1
+        return self.inner.generate(prompt_ids, params, seed=seed)
+
+
+class Echo(RolloutEngine):
+    """Scripted engine: a rollout is [last prompt id, seed mod 1000], so the test can see which row went where."""
+
+    model_id = "echo"
+    tokenizer = None
+
+    def generate(self, prompt_ids, params, *, seed):
+        return [Rollout([row[-1], seed % 1000], "", [0.0, 0.0], "length") for row in prompt_ids]
+
+
+def _as_ids(result):
+    return {k: [r.token_ids for r in v] for k, v in result.items()}
+
+
+def test_run_rollouts_orders_by_key_and_shards_get_distinct_seeds(tmp_path):
+    requests = [RolloutRequest("a", [1, 10], 3), RolloutRequest("b", [11], 0), RolloutRequest("c", [12], 4)]
+    stats = RolloutStats()
+    out = run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, shard_size=2, stats=stats)
+    assert list(out) == ["a", "b", "c"]
+    # Rows a a a c c c c -> shards [a a] [a c] [c c] [c]: each rollout comes from its own prompt.
+    assert [r.token_ids[0] for r in out["a"]] == [10, 10, 10] and out["b"] == []
+    assert [r.token_ids[0] for r in out["c"]] == [12] * 4
+    seeds = [r.token_ids[1] for r in out["a"] + out["c"]]
+    assert seeds[0] == seeds[1] != seeds[2] == seeds[3] != seeds[4] == seeds[5] != seeds[6]
+    assert (stats.rows, stats.shards, stats.generated_rows, stats.cached_rows) == (7, 4, 7, 0)
+    assert len(list(tmp_path.glob("rollouts-*.jsonl"))) == 4
+    with pytest.raises(ValueError, match="unique"):
+        run_rollouts(Echo(), requests + requests[:1], GREEDY, seed=0, cache_dir=tmp_path)
+
+
+def test_run_rollouts_cache_hit_and_miss(tmp_path, engine, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    requests = [RolloutRequest(f"q{i}", _ids(tok, f"Question {i}: what is {i} plus {i}?"), n=3) for i in range(3)]
+    params = SamplingParams(temperature=1.0, max_new_tokens=6)
+    counting = Counting(engine)
+    stats = RolloutStats()
+    first = run_rollouts(counting, requests, params, seed=5, cache_dir=tmp_path, shard_size=4, stats=stats)
+    assert counting.rows == 9 and counting.calls == 3  # 9 rows -> shards of 4, 4, 1
+    first_files = sorted(tmp_path.glob("rollouts-*.jsonl"))
+    assert len(first_files) == 3
+    assert {k: len(v) for k, v in first.items()} == {"q0": 3, "q1": 3, "q2": 3}
+    assert stats.tokens_generated == sum(len(r.token_ids) for v in first.values() for r in v) == 9 * 6
+
+    again = run_rollouts(counting, requests, params, seed=5, cache_dir=tmp_path, shard_size=4, stats=stats)
+    assert counting.rows == 9  # nothing generated
+    assert (stats.generated_rows, stats.cached_rows, stats.cached_shards) == (0, 9, 3)
+    assert {k: [r.to_dict() for r in v] for k, v in again.items()} == {
+        k: [r.to_dict() for r in v] for k, v in first.items()
+    }
+
+    run_rollouts(
+        counting, requests, SamplingParams(temperature=0.9, max_new_tokens=6), seed=5, cache_dir=tmp_path, shard_size=4
+    )
+    assert counting.rows == 18  # a changed parameter misses every shard
+    run_rollouts(counting, requests, params, seed=6, cache_dir=tmp_path, shard_size=4)
+    assert counting.rows == 27  # so does a changed seed
+    # A truncated shard file is regenerated, not trusted, and the result is unchanged.
+    victim = max(first_files, key=lambda p: p.stat().st_size)  # one of the 4-row shards
+    victim.write_text(victim.read_text().splitlines()[0] + "\n")
+    repaired = run_rollouts(counting, requests, params, seed=5, cache_dir=tmp_path, shard_size=4)
+    assert counting.rows == 27 + 4
+    assert _as_ids(repaired) == _as_ids(first)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Subprocesses: kill -9 and resume; two processes with torchrun
+
+SCRIPT = """
+import json, sys, time
+from procrl.data_builders.rollouts import (RolloutRequest, RolloutStats, SamplingParams, TransformersEngine,
+                                           default_state, run_rollouts)
+
+model_dir, cache_dir, out_path, delay = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+
+
+class Slow(TransformersEngine):  # gives the test time to kill the run between shards
+    def generate(self, *args, **kwargs):
+        out = super().generate(*args, **kwargs)
+        time.sleep(delay)
+        return out
+
+
+engine = Slow(model_dir, device="cpu", batch_size=4)
+tok = engine.tokenizer
+requests = [RolloutRequest(f"q{i}", tok(f"Question {i}: what is {i} plus {i}?")["input_ids"], n=4) for i in range(6)]
+stats = RolloutStats()
+result = run_rollouts(engine, requests, SamplingParams(temperature=1.0, max_new_tokens=8), seed=123,
+                      cache_dir=cache_dir, shard_size=3, stats=stats)
+state = default_state()
+with open(f"{out_path}.rank{state.process_index}", "w") as f:
+    json.dump({"stats": stats.to_dict(), "world": state.num_processes,
+               "result": {k: [r.to_dict() for r in v] for k, v in result.items()}}, f)
+"""
+N_SHARDS = 8  # 6 requests x 4 rows = 24 rows in shards of 3
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
+    root = tmp_path_factory.mktemp("rollout-job")
+    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(root / "model")
+    smollm2_tokenizer.save_pretrained(root / "model")
+    (root / "script.py").write_text(SCRIPT)
+    return root
+
+
+def _cmd(job, cache, out, delay=0.0, launcher=(sys.executable,)):
+    return [*launcher, str(job / "script.py"), str(job / "model"), str(cache), str(out), str(delay)]
+
+
+def _env(**extra):
+    return {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1", **extra}
+
+
+def _run(cmd, **env):
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(**env), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def _load(out, rank=0):
+    return json.loads(Path(f"{out}.rank{rank}").read_text())
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(job):
+    """The same script run to completion in a fresh cache, in this process (saves a subprocess start) with one
+    thread like the subprocesses (CPU matmul reductions, hence samples, may depend on the thread count)."""
+    import runpy
+
+    argv, threads = sys.argv, torch.get_num_threads()
+    sys.argv = _cmd(job, job / "fresh-cache", job / "fresh.json")[1:]
+    torch.set_num_threads(1)
+    try:
+        runpy.run_path(str(job / "script.py"), run_name="__main__")
+    finally:
+        sys.argv = argv
+        torch.set_num_threads(threads)
+    return _load(job / "fresh.json")
+
+
+def test_kill_9_and_resume_gives_the_uninterrupted_result(job, uninterrupted):
+    cache = job / "killed-cache"
+    proc = subprocess.Popen(
+        _cmd(job, cache, job / "killed.json", delay=1.0),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list(cache.glob("rollouts-*.jsonl"))) >= 1:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed: " + proc.stderr.read().decode()[-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = len(list(cache.glob("rollouts-*.jsonl")))
+    assert 1 <= finished < N_SHARDS
+
+    _run(_cmd(job, cache, job / "resumed.json"))
+    resumed = _load(job / "resumed.json")
+    assert resumed["stats"]["generated_shards"] == N_SHARDS - finished < N_SHARDS
+    assert resumed["stats"]["cached_shards"] == finished
+    assert uninterrupted["stats"]["generated_shards"] == N_SHARDS
+    assert resumed["result"] == uninterrupted["result"]  # token ids, texts, log-probs, finish reasons
+    assert sum(len(v) for v in resumed["result"].values()) == 24
+
+
+def test_two_processes_with_torchrun_match_one_process(job, uninterrupted):
+    out = job / "torchrun.json"
+    _run(
+        _cmd(job, job / "torchrun-cache", out, launcher=(str(BIN / "torchrun"), "--nproc_per_node", "2")),
+        ACCELERATE_USE_CPU="True",
+    )
+    ranks = [_load(out, 0), _load(out, 1)]
+    assert [r["world"] for r in ranks] == [2, 2]
+    assert ranks[0]["result"] == ranks[1]["result"] == uninterrupted["result"]
+    # Shards 0, 2, 4, 6 by rank 0 and 1, 3, 5, 7 by rank 1: the stats are summed over ranks.
+    assert ranks[0]["stats"]["generated_shards"] == N_SHARDS and ranks[0]["stats"]["generated_rows"] == 24
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# VLLMEngine glue, against a stand-in `vllm` module (vLLM itself is not installed here)
+
+
+def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokenizer):
+    """The fake LLM "generates" a fixed continuation and scores token t with logprob -t/1000 (sampled) or -t/100
+    (prompt log-probs), so the test can tell which path produced each value."""
+    import types
+    from dataclasses import dataclass as dc
+
+    continuation = [3512, 582, 30, 1116, 198, 504, 2, 1112]  # "Step one.\n\n\nThe" <eos> " end"
+    calls = []
+
+    @dc
+    class Logprob:
+        logprob: float
+
+    class FakeSamplingParams:
+        def __init__(self, **kwargs):
+            self.__dict__.update(kwargs)
+
+    class FakeLLM:
+        def __init__(self, model, **kwargs):
+            calls.append(("init", model, kwargs))
+
+        def generate(self, prompts, params, use_tqdm=False):
+            calls.append(("generate", prompts, params))
+            outs = []
+            for prompt in prompts:
+                ids = prompt["prompt_token_ids"]
+                if isinstance(params, list):  # sampling: one SamplingParams per row
+                    lps = [{t: Logprob(-t / 1000)} for t in continuation]
+                    completion = types.SimpleNamespace(token_ids=continuation, logprobs=lps)
+                    outs.append(types.SimpleNamespace(outputs=[completion]))
+                else:  # rescoring: prompt log-probs of prompt + completion
+                    outs.append(
+                        types.SimpleNamespace(prompt_logprobs=[None] + [{t: Logprob(-t / 100)} for t in ids[1:]])
+                    )
+            return outs
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams))
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    from procrl.data_builders.rollouts import VLLMEngine
+
+    engine = VLLMEngine(str(tmp_path), tokenizer=smollm2_tokenizer, dtype="float16")
+    assert engine.model_id.startswith(f"vllm:{tmp_path}:float16:")
+    assert calls[0][2]["generation_config"] == "vllm"
+
+    # T = 1, no top-p/top-k: vLLM's sampled log-probs are raw and used as they are; cut after the EOS (id 2).
+    out = engine.generate([[10, 11], [12]], SamplingParams(temperature=1.0, max_new_tokens=8), seed=0)
+    assert [r.token_ids for r in out] == [continuation[:7]] * 2
+    assert out[0].finish_reason == "eos" and out[0].text == "Step one.\n\n\nThe"
+    assert out[0].logprobs == [-t / 1000 for t in continuation[:7]]
+    row_params = calls[-1][2]
+    assert row_params[0].seed != row_params[1].seed and row_params[0].top_k == -1 and row_params[0].logprobs == 0
+
+    # T = 0.7 and a stop string: cut after "\n\n" (4 tokens), log-probs from the rescoring pass (prompt log-probs).
+    out = engine.generate([[10, 11]], SamplingParams(temperature=0.7, max_new_tokens=8, stop=("\n\n",)), seed=0)
+    assert out[0].token_ids == continuation[:4] and out[0].finish_reason == "stop"
+    assert out[0].logprobs == [-t / 100 for t in continuation[:4]]
+    assert calls[-1][1] == [{"prompt_token_ids": [10, 11, *continuation[:4]]}]
+    assert calls[-2][2][0].logprobs is None and calls[-2][2][0].include_stop_str_in_output
