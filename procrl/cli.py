@@ -6,17 +6,33 @@
     procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
                                  --all also the Gemma 3 270M student of the PUM-Math builder
     procrl model path            print the converted default model's directory
+    procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
+                                 PUM-Math preference pairs from student rollouts (data_builders/pum_math.py)
+    procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml
+                                 Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
+    procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
+                                 offline Filtered Reasoning Score of a model on a benchmark (frs.json, frs.png)
+    procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
+                                 Search-R1-style retrieval server (POST /retrieve) over a bm25s index
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
 from pathlib import Path
 
 DEMO_CONFIG = Path("configs") / "grpo" / "svamp_smollm2_picsar.yaml"
+# subcommand -> (module, function(argv) -> exit code); each parses its own flags
+PASS_THROUGH = {
+    "build-pum-data": ("procrl.data_builders.pum_math", "main"),
+    "frs": ("procrl.frs_cli", "main"),
+    "serve-retriever": ("procrl.data_builders.corpus", "main"),
+    "train-pum": ("procrl.trainers.pum_training", "main"),
+}
 
 
 def find_demo_config() -> Path:
@@ -82,8 +98,15 @@ def main(argv: list[str] | None = None) -> int:
     model.add_argument("action", choices=["prepare", "path"])
     model.add_argument("--force", action="store_true", help="convert again even if a converted copy exists")
     model.add_argument("--all", action="store_true", help="also prepare the Gemma 3 270M student (PUM-Math builder)")
+    sub.add_parser("build-pum-data", help="build PUM-Math pairs; flags as in configs/pum/build_gsm8k.yaml")
+    sub.add_parser("frs", help="offline FRS of a model on a benchmark (procrl frs --help)")
+    sub.add_parser("train-pum", help="train a Prefix Utility Model (same flags as train_pum.py)")
+    sub.add_parser("serve-retriever", help="serve a bm25s index with the Search-R1 /retrieve API on loopback")
     if argv and argv[0] == "demo":  # everything after `demo` belongs to the GRPO parser
         return _demo(argv[1:])
+    if argv and argv[0] in PASS_THROUGH:  # subcommands with their own parser
+        module, function = PASS_THROUGH[argv[0]]
+        return getattr(importlib.import_module(module), function)(argv[1:])
     args = parser.parse_args(argv)
     if args.command == "model":
         return _model(args)

@@ -788,7 +788,10 @@ class JudgeServer:
         startup_timeout_s: how long to wait for `GET /v1/models` to answer.
         log_path: where the server's output goes; default: a temporary file deleted on stop.
         continuous_batching: pass `--continuous-batching` (the server batches concurrent requests; without it, it
-            generates one request at a time).
+            generates one request at a time). Its paged KV cache is sized from free memory unless bounded: on CPU it
+            took 13-14 GB of this 24 GB machine and pushed it into thrashing, so `cb_num_blocks` bounds it.
+        cb_num_blocks / cb_block_size: KV-cache blocks x tokens per block with continuous batching (default 256 x 32
+            = 8192 cached tokens, ~0.4 GB for SmolLM2-135M in fp32); None leaves transformers' own sizing.
         num_threads: CPU threads of the server's torch (`OMP_NUM_THREADS`); None inherits the environment. On a
             crowded CPU, 1 avoids thread thrashing (measured here with 8 runnable processes on 2 cores: 9 s instead
             of 74 s for one 24-token reply).
@@ -815,6 +818,8 @@ class JudgeServer:
         continuous_batching: bool = False,
         num_threads: int | None = None,
         extra_args: Sequence[str] = (),
+        cb_num_blocks: int | None = 256,
+        cb_block_size: int | None = 32,
     ):
         from procrl.models import resolve_model
 
@@ -830,6 +835,8 @@ class JudgeServer:
         self.continuous_batching = continuous_batching
         self.num_threads = num_threads
         self.extra_args = list(extra_args)
+        self.cb_num_blocks = cb_num_blocks
+        self.cb_block_size = cb_block_size
         self.startup_s: float | None = None
         self._process: subprocess.Popen | None = None
         self._own_log: str | None = None
@@ -847,6 +854,10 @@ class JudgeServer:
         cmd += ["--host", self.host, "--port", str(self.port), "--device", self.device]
         if self.continuous_batching:
             cmd.append("--continuous-batching")
+            if self.cb_num_blocks is not None:
+                cmd += ["--cb-num-blocks", str(self.cb_num_blocks)]
+            if self.cb_block_size is not None:
+                cmd += ["--cb-block-size", str(self.cb_block_size)]
         return cmd + self.extra_args
 
     def start(self) -> JudgeServer:
@@ -974,6 +985,8 @@ _SERVER_KWARGS = (
     "continuous_batching",
     "num_threads",
     "extra_args",
+    "cb_num_blocks",
+    "cb_block_size",
 )
 
 
