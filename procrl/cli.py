@@ -12,6 +12,12 @@
                                  Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
     procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
                                  offline Filtered Reasoning Score of a model on a benchmark (frs.json, frs.png)
+    procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PATH
+                                 best-of-N on a dataset: accuracy table (stdout) and JSON
+    procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp
+                                 PUM-guided step beam search: accuracy table and JSON
+    procrl stepgap-eval --data annotated.jsonl --judge local
+                                 StepGap verifier metrics and stage ablations on an annotated set
     procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
                                  Search-R1-style retrieval server (POST /retrieve) over a bm25s index
 """
@@ -32,6 +38,9 @@ PASS_THROUGH = {
     "frs": ("procrl.frs_cli", "main"),
     "serve-retriever": ("procrl.data_builders.corpus", "main"),
     "train-pum": ("procrl.trainers.pum_training", "main"),
+    "select": ("procrl.selection", "main_select"),
+    "beam": ("procrl.selection", "main_beam"),
+    "stepgap-eval": ("procrl.rewards.stepgap.evaluate", "main"),
 }
 
 
@@ -101,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build-pum-data", help="build PUM-Math pairs; flags as in configs/pum/build_gsm8k.yaml")
     sub.add_parser("frs", help="offline FRS of a model on a benchmark (procrl frs --help)")
     sub.add_parser("train-pum", help="train a Prefix Utility Model (same flags as train_pum.py)")
+    sub.add_parser("select", help="best-of-N selection (pum, picsar, majority, random) -> accuracy table")
+    sub.add_parser("beam", help="PUM-guided step-level beam search -> accuracy table")
+    sub.add_parser("stepgap-eval", help="StepGap verifier metrics (sF1, Q-F1, balanced accuracy, ablations)")
     sub.add_parser("serve-retriever", help="serve a bm25s index with the Search-R1 /retrieve API on loopback")
     if argv and argv[0] == "demo":  # everything after `demo` belongs to the GRPO parser
         return _demo(argv[1:])

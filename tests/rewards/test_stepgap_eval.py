@@ -1,0 +1,183 @@
+"""`procrl stepgap-eval`: metric functions against hand-computed values, the shipped annotated set, and the command
+end to end on a recorded judge (no server)."""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+
+from procrl.rewards.judges import Judge, JudgeResult, parse_judgement
+from procrl.rewards.stepgap import evaluate as ev
+from procrl.rewards.stepgap.evaluate import (
+    balanced_accuracy,
+    binary_f1,
+    build_annotated_2wiki,
+    compute_metrics,
+    load_annotated,
+    typed_report,
+)
+from procrl.rewards.stepgap.verifier import StepGapVerifier, step_claim
+
+DATA_2WIKI = Path("/work/shared/data/2wikimultihopqa")
+SHIPPED = ev.DEFAULT_DATA
+
+
+def test_binary_f1_by_hand():
+    # gold  T T T F F ; pred T F T T F -> tp 2, fn 1, fp 1, tn 1; P = 2/3, R = 2/3, F1 = 2/3
+    out = binary_f1([True, True, True, False, False], [True, False, True, True, False])
+    assert (out["tp"], out["fn"], out["fp"], out["tn"]) == (2, 1, 1, 1)
+    assert out["precision"] == pytest.approx(2 / 3) and out["f1"] == pytest.approx(2 / 3)
+    # nothing predicted positive: precision 0/0 -> 0, F1 -> 0 (never NaN)
+    assert binary_f1([True, False], [False, False])["f1"] == 0.0
+    with pytest.raises(ValueError):
+        binary_f1([True], [])
+
+
+def test_balanced_accuracy_by_hand():
+    # TPR = 2/3 (gold T T T -> T F T), TNR = 1/2 (gold F F -> T F): BA = (2/3 + 1/2) / 2 = 7/12
+    assert balanced_accuracy([True, True, True, False, False], [True, False, True, True, False]) == pytest.approx(
+        7 / 12
+    )
+    # the "Q-F1 trap": flag everything -> TPR 1, TNR 0 -> BA 0.5
+    assert balanced_accuracy([True, False, False, False], [True] * 4) == 0.5
+    assert balanced_accuracy([True, True], [True, False]) == 0.5  # one class present: its recall
+    assert balanced_accuracy([], []) == 0.0
+
+
+def test_compute_metrics_by_hand():
+    gold = [["NONE", "CC"], ["IE", "NONE"], ["NONE", "NONE"], ["MB", "MB"]]
+    pred = [["NONE", "IE"], ["NONE", "NONE"], ["CC", "NONE"], ["MB", "ERROR"]]
+    m = compute_metrics(gold, pred)
+    # steps, gap vs not: gold T=[s2, s3, s7, s8] ; pred T=[s2, s5, s7] -> tp 2 (s2, s7), fp 1 (s5), fn 2 (s3, s8), tn 3
+    # P = 2/3, R = 2/4, F1 = 2PR/(P+R) = (2 * 1/3)/(7/6) = 4/7 ; BA = (2/4 + 3/4)/2 = 5/8
+    assert m["sF1"] == pytest.approx(4 / 7) and m["BA"] == pytest.approx(5 / 8)
+    # questions: gold flags [T, T, F, T], pred flags [T, F, T, T] -> tp 2, fp 1, fn 1 -> P = R = F1 = 2/3
+    assert m["Q-F1"] == pytest.approx(2 / 3)
+    # typed one-vs-rest F1: NONE gold {s1,s4,s5,s6} pred {s1,s3,s4,s6}: tp 3, P = R = 3/4 -> 3/4
+    #   CC gold {s2} pred {s5}: 0 ; IE gold {s3} pred {s2}: 0 ; MB gold {s7,s8} pred {s7}: P 1, R 1/2 -> 2/3
+    assert m["per_label"]["NONE"]["f1"] == pytest.approx(3 / 4) and m["per_label"]["MB"]["f1"] == pytest.approx(2 / 3)
+    assert m["typed_macro_f1"] == pytest.approx((3 / 4 + 0 + 0 + 2 / 3) / 4)
+    assert m["label_distribution"] == {"NONE": 4 / 8, "CC": 1 / 8, "IE": 1 / 8, "MB": 1 / 8, "ERROR": 1 / 8}
+    assert m["n_error"] == 1 and m["confusion"]["MB"] == {"MB": 1, "ERROR": 1}
+    with pytest.raises(ValueError, match="unknown gold"):
+        compute_metrics([["ERROR"]], [["NONE"]])
+    with pytest.raises(ValueError, match="same questions"):
+        compute_metrics([["NONE"]], [["NONE", "CC"]])
+
+
+def test_typed_report_perfect():
+    report = typed_report(["NONE", "CC", "IE", "MB"], ["NONE", "CC", "IE", "MB"])
+    assert report["macro_f1"] == 1.0
+
+
+def test_shipped_set_is_balanced_and_consistent():
+    data = load_annotated(SHIPPED)
+    gold = [label for _, g in data for label in g]
+    counts = collections.Counter(gold)
+    assert len(gold) >= 60 and set(counts) == {"NONE", "CC", "IE", "MB"} and min(counts.values()) >= 15
+    for (trace, _gold), line in zip(data, SHIPPED.read_text().splitlines(), strict=True):
+        record = json.loads(line)
+        step1, step2 = record["steps"]
+        # the conclusion's evidence is everything retrieved before it
+        assert step2["evidence"] == step1["evidence"] + step1["retrieved"]
+        for step, raw in zip(trace.steps, record["steps"], strict=True):
+            blob = " ".join(f"{p.title} {p.text}" for p in step.evidence).lower()
+            value, entity = raw["gold_value"].lower(), raw["gold_entity"].lower()
+            # the claimed value is in the evidence exactly for supported steps
+            assert (value in " ".join(blob.split())) == (raw["gold"] == "NONE"), raw["text"]
+            if raw["gold"] == "IE":
+                assert entity not in blob
+            if raw["gold"] == "MB":
+                # the subject's own paragraph (title up to a disambiguation like " (film)")
+                assert any(p.title.lower().split(" (")[0] == entity for p in step.evidence)
+            assert raw["gold_value"] in step_claim(step)
+
+
+@pytest.mark.skipif(not DATA_2WIKI.is_dir(), reason="shared 2Wiki data not present")
+def test_builder_reproduces_the_shipped_set():
+    records = build_annotated_2wiki(DATA_2WIKI / "dev_1000.jsonl", DATA_2WIKI / "corpus.jsonl")
+    shipped = [json.loads(line) for line in SHIPPED.read_text().splitlines()]
+    assert records == shipped
+
+
+class OracleJudge(Judge):
+    """Replies from the gold label in the step text's marker: a recorded 'perfect' judge for the eval pipeline."""
+
+    def __init__(self, data):
+        super().__init__(name="oracle")
+        self.by_text = {
+            step.text.strip(): (trace, step, g)
+            for trace, gold in data
+            for step, g in zip(trace.steps, gold, strict=True)
+        }
+
+    def _request_payload(self, messages, schema):
+        return {"messages": messages}
+
+    async def _judge_uncached(self, requests, schema, finish):
+        for j, messages in enumerate(requests):
+            text = messages[-1]["content"].split("):\n", 1)[1].split("\n\nReply with only", 1)[0].strip()
+            _, step, gold = self.by_text[text]
+            # Quote: the first 8 words of the passage titled with the entity the claim names (none for IE).
+            claim = step_claim(step).lower()
+            subject = next((p for p in step.evidence if p.title.lower().split(" (")[0] in claim), None)
+            quote = " ".join(subject.text.split()[:8]) if subject and gold != "IE" else ""
+            body = {"off_target": False, "abstains": False, "entity_match": gold != "IE", "quote": quote}
+            value, reason = parse_judgement(json.dumps(body), schema)
+            finish(j, JudgeResult(value=value, unscored=reason, raw=json.dumps(body), attempts=1))
+
+
+class GoldNLI:
+    """Entailment for NONE steps, neutral for MB, contradiction for CC (looked up by hypothesis)."""
+
+    def __init__(self, data):
+        self.by_claim = {step_claim(s): g for t, gold in data for s, g in zip(t.steps, gold, strict=True)}
+
+    def predict(self, pairs):
+        return [
+            {"NONE": "entailment", "MB": "neutral", "CC": "contradiction"}.get(self.by_claim[h], "neutral")
+            for _, h in pairs
+        ]
+
+
+def test_evaluate_with_oracle_backends_is_perfect():
+    data = load_annotated(SHIPPED)[:14]
+    verifier = StepGapVerifier(OracleJudge(data), GoldNLI(data), progress=False)
+    report = ev.evaluate(verifier, data)
+    full = report["metrics"]["full"]
+    assert full["sF1"] == 1.0 and full["Q-F1"] == 1.0 and full["BA"] == 1.0 and full["typed_macro_f1"] == 1.0
+    assert set(report["metrics"]) == {"full", "-A", "-B", "-C", "-D", "-E"}
+    assert report["metrics"]["-D"]["per_label"]["CC"]["recall"] == 0.0  # without D no quote is ever CC
+
+
+def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
+    import contextlib
+
+    data = load_annotated(SHIPPED)[:4]
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(SHIPPED.read_text().splitlines()[:4]) + "\n")
+
+    @contextlib.contextmanager
+    def fake_open_judge(spec, **kwargs):
+        assert spec == "local" and kwargs["continuous_batching"] and kwargs["num_threads"] == 1
+        yield OracleJudge(data)
+
+    monkeypatch.setattr("procrl.rewards.judges.open_judge", fake_open_judge)
+    monkeypatch.setattr("procrl.rewards.stepgap.nli.make_nli", lambda spec, judge, **kw: GoldNLI(data))
+    assert ev.main(["--data", str(small), "--output-dir", str(tmp_path / "out")]) == 0
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["n_steps"] == 8 and metrics["metrics"]["full"]["sF1"] == 1.0
+    assert len((tmp_path / "out" / "labels.jsonl").read_text().splitlines()) == 8
+    assert "sF1" in capsys.readouterr().out
+
+
+def test_load_annotated_rejects_bad_records(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(
+        json.dumps({"question": "q", "steps": [{"kind": "conclusion", "text": "t", "gold": "MAYBE"}]}) + "\n"
+    )
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_annotated(bad)
