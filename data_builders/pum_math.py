@@ -734,15 +734,17 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
 
     Args:
         config: the builder settings.
-        state: an `accelerate.PartialState` (created when None) that shards the rollouts.
+        state: an `accelerate.PartialState` that shards the rollouts (default: `rollouts.default_state()`).
         engines: optional {model name: RolloutEngine} to use instead of loading models (tests use scripted engines).
     """
-    from accelerate import PartialState
     from transformers import AutoTokenizer
 
+    from procrl.data_builders.rollouts import default_state
     from procrl.models import resolve_model
 
-    state = state or PartialState()
+    # default_state(): PartialState(cpu=True) without CUDA or with ACCELERATE_USE_CPU, so torchrun ranks on CPU
+    # really form a gloo group (a bare PartialState() ignores ACCELERATE_USE_CPU and every rank thinks it is alone)
+    state = state or default_state()
     start_time = time.time()
     output_dir = Path(config.output_dir)
     cache_dir = output_dir / "cache"

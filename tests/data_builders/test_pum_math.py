@@ -371,10 +371,11 @@ def _shards(out: Path) -> list[Path]:
     return sorted((out / "cache").rglob("rollouts-*.jsonl"))
 
 
-def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_dataset(tmp_path, tiny_model_dir):
+def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, tiny_model_dir):
     script = tmp_path / "build.py"
     script.write_text(RESUME_SCRIPT)
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    # one torch thread everywhere: CPU samples can depend on the thread count, and torchrun sets 1 per rank
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     reference_out, resumed_out = tmp_path / "uninterrupted", tmp_path / "resumed"
     subprocess.run([sys.executable, str(script), tiny_model_dir, str(reference_out)], check=True, env=env, timeout=300)
     total = len(_shards(reference_out))
@@ -401,4 +402,16 @@ def test_kill_9_mid_run_then_resume_gives_the_uninterrupted_dataset(tmp_path, ti
     got = datasets.load_from_disk(str(resumed_out / "dataset")).to_list()
     assert got == ref
     assert (resumed_out / "prefixes.jsonl").read_text() == (reference_out / "prefixes.jsonl").read_text()
+
+    # Two CPU ranks (gloo): the shards are split between the ranks, the main rank writes the same dataset.
+    sharded_out = tmp_path / "two_ranks"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
+    subprocess.run(
+        [*torchrun, str(script), tiny_model_dir, str(sharded_out)],
+        check=True,
+        env={**env, "ACCELERATE_USE_CPU": "True"},
+        timeout=300,
+    )
+    assert datasets.load_from_disk(str(sharded_out / "dataset")).to_list() == ref
+    assert (sharded_out / "prefixes.jsonl").read_text() == (reference_out / "prefixes.jsonl").read_text()
     assert any(json.loads(line)["successes"] != [0] for line in (reference_out / "prefixes.jsonl").read_text().splitlines())

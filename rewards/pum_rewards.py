@@ -1,0 +1,244 @@
+"""PUM as a GRPO reward: U(x, y) of a completion, and per-step increments for process advantages.
+
+The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.07190; DESIGN §4 "PUM",
+`procrl.rewards.pum`) scores a problem x and a (partial) solution p. Two uses in GRPO:
+
+* `PUMReward` (TRL reward function, `__name__` "pum_utility", "pum_utility_min" or "pum_utility_last"): one raw
+  score per completion, never normalised within a group (TRL's `multi_objective_aggregation` does that):
+
+  - `mode="full"`: U(x, y) of the whole completion y (a trailing EOS stripped first: transformers pools at the
+    rightmost non-pad token and pad == eos for SmolLM2, DESIGN §3);
+  - `mode="last"`: U after the last step, from the one-pass step scoring (equal to "full" within float tolerance);
+  - `mode="min"`: min over k of U(x, p_k), the step prefixes p_1..p_K (a weakest-link process reward).
+
+  Recipes (`reward_weights` in the GRPO config):
+
+  - outcome-anchored (default): `reward_funcs = [outcome_reward, PUMReward(path)]`,
+    `reward_weights: [1.0, 0.5]`, `multi_objective_aggregation: normalize_then_sum`;
+  - process-only: `reward_funcs = [PUMReward(path)]` (or `mode="min"` / `"last"`).
+
+* `PUMStepRewards` (a `procrl.trainers.advantages.StepRewardFunc`): per-step rewards
+  r_k = U(x, p_k) - U(x, p_{k-1}) with U(x, p_0) = U(x, ∅) (the empty prefix), so that Σ_k r_k = U(x, y) - U(x, ∅).
+  Steps and token boundaries come from the SAMPLED completion ids (`procrl.rewards.steps.token_steps`, never
+  re-encoding the sampled text); the step texts are scored in one forward pass per trajectory. In process and
+  mixed advantage modes, do not also put a PUM reward among TRL's `reward_funcs` (it would be counted twice).
+
+The problem x is the dataset's `question` column (the plain problem text the PUM was trained on). Without it the
+last user message of the prompt is used, with a warning: procrl's one-shot prompts hold a worked example before the
+problem, which the PUM never saw in training.
+
+Scores are raw head outputs (real numbers, no sigmoid; only differences are meaningful).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from procrl.rewards.pum import PrefixUtilityModel, strip_trailing_eos
+from procrl.rewards.steps import token_steps
+from procrl.trainers.advantages import StepRewards
+from procrl.utils import check_reward_length, completion_to_text, get_logger, prompt_to_text
+
+logger = get_logger(__name__)
+
+__all__ = ["MODES", "PUMReward", "PUMStepRewards", "get_pum_reward", "get_pum_step_rewards", "problem_texts"]
+
+MODES = ("full", "min", "last")
+
+
+def problem_texts(name: str, prompts: Sequence[Any], question: Sequence[str] | None, n: int) -> list[str]:
+    """The PUM's problem text per completion: the `question` column, else the prompt's last user message.
+
+    Raises:
+        ValueError: `question` (or, without it, `prompts`) does not have one entry per completion.
+    """
+    if question is not None:
+        if isinstance(question, str) or len(question) != n:
+            raise ValueError(
+                f"{name}: the `question` column must have one entry per completion ({n}), got "
+                f"{1 if isinstance(question, str) else len(question)}."
+            )
+        return [str(q) for q in question]
+    if prompts is None or len(prompts) != n:
+        raise ValueError(f"{name}: needs `question` or one prompt per completion ({n}).")
+    logger.warning(
+        "%s: no `question` column; scoring with the prompt's last user message, which may include few-shot "
+        "examples the PUM never saw in training. Add the problem text as a `question` column.",
+        name,
+    )
+    return [prompt_to_text(p) for p in prompts]
+
+
+class _PUMHolder:
+    """Shared loading and pickling: a PUM given by path is loaded on first use and reloaded after unpickling."""
+
+    def __init__(self, model: str | Path | PrefixUtilityModel, device: str | None = None, batch_size: int = 16):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if isinstance(model, PrefixUtilityModel):
+            self.path, self._pum = None, model
+        elif isinstance(model, str | Path):
+            self.path, self._pum = str(model), None
+        else:
+            raise TypeError(f"model must be a PUM checkpoint path or a PrefixUtilityModel, got {type(model).__name__}")
+        self.device = device
+        self.batch_size = batch_size
+
+    @property
+    def pum(self) -> PrefixUtilityModel:
+        if self._pum is None:
+            self._pum = PrefixUtilityModel.from_pretrained(self.path, device=self.device, batch_size=self.batch_size)
+        return self._pum
+
+    def __getstate__(self):
+        # A loaded model does not travel: the copy reloads from the path. A model object without a path cannot.
+        state = self.__dict__.copy()
+        if self.path is None:
+            raise TypeError(f"a {type(self).__name__} built from a model object cannot be pickled; pass the PUM path")
+        state["_pum"] = None
+        return state
+
+
+class PUMReward(_PUMHolder):
+    """TRL reward function: the PUM's utility of each completion (see the module docstring for the modes).
+
+    Args:
+        model: a PUM checkpoint directory (loaded on first call with `PrefixUtilityModel.from_pretrained`) or a
+            loaded `PrefixUtilityModel`.
+        mode: "full" (U(x, y)), "last" (U after the last step) or "min" (min over step prefixes).
+        device: device for a model loaded from a path (default: CUDA when available).
+        batch_size: inputs per PUM forward pass.
+
+    Call: `reward(prompts, completions, completion_ids=None, question=None, **kwargs) -> list[float | None]`,
+    one raw score per completion; None for a completion with no text (whitespace only). Raises `ValueError`
+    naming the function when a column has the wrong length; a non-finite score raises `FloatingPointError`
+    (from the scorer) rather than returning NaN.
+
+    Example (needs a trained PUM, so not a doctest)::
+
+        reward = PUMReward("outputs/pum")
+        reward(prompts=[prompt], completions=["2 + 2 = 4.\\n\\nThe answer is 4."], question=["What is 2+2?"])
+        # -> [0.83]: a raw head output; only differences between completions mean something
+    """
+
+    def __init__(
+        self,
+        model: str | Path | PrefixUtilityModel,
+        mode: str = "full",
+        *,
+        device: str | None = None,
+        batch_size: int = 16,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"PUMReward mode must be one of {MODES}, got {mode!r}")
+        super().__init__(model, device=device, batch_size=batch_size)
+        self.mode = mode
+        self.__name__ = "pum_utility" if mode == "full" else f"pum_utility_{mode}"
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, question=None, **kwargs):
+        if completions is None:
+            raise ValueError(f"{self.__name__} needs `completions`.")
+        n = len(completions)
+        problems = problem_texts(self.__name__, prompts, question, n)
+        pum = self.pum
+        texts = [strip_trailing_eos(completion_to_text(c), pum.tokenizer) for c in completions]
+        keep = [i for i, t in enumerate(texts) if t.strip()]
+        values: list[float | None] = [None] * n
+        if keep:
+            if self.mode == "full":
+                scores = pum.score([problems[i] for i in keep], [texts[i] for i in keep])
+            else:
+                per_step = pum.score_steps([problems[i] for i in keep], [texts[i] for i in keep])
+                scores = [min(row) if self.mode == "min" else row[-1] for row in per_step]
+            for i, score in zip(keep, scores, strict=True):
+                values[i] = float(score) if math.isfinite(score) else None
+        return check_reward_length(self.__name__, values, n)
+
+
+class PUMStepRewards(_PUMHolder):
+    """Step scorer for process advantages: r_k = U(x, p_k) - U(x, p_{k-1}), U(x, p_0) = U(x, ∅).
+
+    Each completion's steps and token boundaries come from its sampled ids with
+    `token_steps(completion_ids[i], tokenizer)` (the ids are decoded, never re-encoded; EOS and other tokens after the
+    last step's text belong to the last step); the step texts are then scored by the PUM in one pass per trajectory
+    (`score_steps(..., include_empty=True)`). Hence Σ_k r_k = U(x, y) - U(x, ∅) exactly.
+
+    Args:
+        model: a PUM checkpoint directory or a loaded `PrefixUtilityModel`.
+        tokenizer: the POLICY's tokenizer, used to decode the sampled ids. None: the policy's tokenizer bound by
+            `ProcessGRPOTrainer` (`bind_policy`), else the PUM's own tokenizer.
+        device, batch_size: as for `PUMReward`.
+
+    Call: `f(prompts, completions, completion_ids, question=None, **kwargs) -> list[StepRewards | None]`; None for a
+    completion without ids or text. Raises `ValueError` naming the scorer when `completion_ids` or `question` has
+    the wrong length.
+    """
+
+    __name__ = "pum_step_increments"
+
+    def __init__(
+        self,
+        model: str | Path | PrefixUtilityModel,
+        tokenizer: Any = None,
+        *,
+        device: str | None = None,
+        batch_size: int = 16,
+    ):
+        super().__init__(model, device=device, batch_size=batch_size)
+        self.tokenizer = tokenizer
+
+    def bind_policy(self, model, tokenizer) -> None:  # noqa: ARG002 - the trainer's binding hook
+        """Decode sampled ids with the policy's tokenizer unless one was given."""
+        if self.tokenizer is None:
+            self.tokenizer = tokenizer
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state["tokenizer"] = self.tokenizer  # tokenizers pickle
+        return state
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, question=None, **kwargs):
+        if completion_ids is None:
+            raise ValueError(f"{self.__name__} needs the sampled `completion_ids` (token boundaries refer to them).")
+        n = len(completion_ids)
+        if completions is not None and len(completions) != n:
+            raise ValueError(f"{self.__name__}: {len(completions)} completions for {n} completion_ids rows.")
+        problems = problem_texts(self.__name__, prompts, question, n)
+        pum = self.pum
+        tokenizer = self.tokenizer if self.tokenizer is not None else pum.tokenizer
+        keep, step_texts, boundaries = [], [], []
+        for i, ids in enumerate(completion_ids):
+            steps, bounds = token_steps([int(t) for t in ids], tokenizer, separator=pum.separator)
+            if steps:
+                keep.append(i)
+                step_texts.append([s.text for s in steps])
+                boundaries.append(bounds)
+        out: list[StepRewards | None] = [None] * n
+        if keep:
+            rows = pum.score_steps([problems[i] for i in keep], step_texts, include_empty=True)
+            for i, row, bounds in zip(keep, rows, boundaries, strict=True):
+                increments = [row[k] - row[k - 1] for k in range(1, len(row))]
+                out[i] = StepRewards(values=increments, boundaries=bounds)
+        if len(out) != n:  # pragma: no cover - guards refactors
+            raise ValueError(f"{self.__name__} produced {len(out)} entries for {n} completions")
+        return out
+
+
+def get_pum_reward(
+    model: str | Path | PrefixUtilityModel, mode: str = "full", device: str | None = None, batch_size: int = 16
+) -> PUMReward:
+    """The PUM reward as a picklable TRL reward function (`pum_utility`, `pum_utility_min`, `pum_utility_last`).
+
+    Outcome-anchored (default recipe): `[outcome_reward, get_pum_reward(path)]` with `reward_weights: [1.0, 0.5]`.
+    """
+    return PUMReward(model, mode, device=device, batch_size=batch_size)
+
+
+def get_pum_step_rewards(
+    model: str | Path | PrefixUtilityModel, tokenizer: Any = None, device: str | None = None, batch_size: int = 16
+) -> PUMStepRewards:
+    """The per-step PUM increments as a picklable step scorer (`ProcessGRPOTrainer(step_reward_func=...)`)."""
+    return PUMStepRewards(model, tokenizer, device=device, batch_size=batch_size)

@@ -1,0 +1,128 @@
+"""Best-of-N selection and PUM beam search (procrl/selection.py): pure selection rules against hand examples, and
+both commands end to end on a tiny random policy + tiny random PUM over 2 SVAMP problems (few tokens)."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from procrl.selection import main_beam, main_select, select_argmax, select_majority, select_random
+
+# ----------------------------------------------------------------------------------------------------------
+# Pure rules
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        (["4", "5", "5"], 1),  # 5 wins 2:1, its first occurrence is index 1
+        (["4", None, "5", "5", "4"], 0),  # 2:2 tie -> the answer seen first ("4", index 0)
+        (["5", "4", "4", "5"], 0),  # tie again, now "5" is seen first
+        ([None, "7", "3", "3"], 2),  # None does not vote
+        ([None, None], None),  # nobody answered
+        (["12"], 0),
+    ],
+)
+def test_select_majority(answers, expected):
+    assert select_majority(answers) == expected
+
+
+@pytest.mark.parametrize(
+    ("scores", "expected"),
+    [
+        ([0.1, 0.9, 0.3], 1),
+        ([0.5, None, 0.5], 0),  # tie -> earliest
+        ([None, math.nan, -2.0], 2),  # None and NaN never picked
+        ([None, None], None),
+    ],
+)
+def test_select_argmax(scores, expected):
+    assert select_argmax(scores) == expected
+
+
+def test_select_random_is_seeded_per_key():
+    picks = [select_random(8, 0, f"svamp/{i}") for i in range(50)]
+    assert picks == [select_random(8, 0, f"svamp/{i}") for i in range(50)]  # reproducible
+    assert all(0 <= p < 8 for p in picks) and len(set(picks)) > 1  # not constant
+    assert picks != [select_random(8, 1, f"svamp/{i}") for i in range(50)]  # the seed matters
+    with pytest.raises(ValueError):
+        select_random(0, 0, "x")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# End to end on tiny models
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    root = tmp_path_factory.mktemp("sel")
+    policy = root / "policy"
+    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(policy)
+    smollm2_tokenizer.save_pretrained(policy)
+    config = LlamaConfig(
+        vocab_size=len(smollm2_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=2, num_labels=1,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    pum = LlamaForSequenceClassification(config)
+    with torch.no_grad():
+        pum.score.weight.normal_(0.0, 1.0)
+    pum.save_pretrained(root / "pum")
+    smollm2_tokenizer.save_pretrained(root / "pum")
+    return policy, root / "pum", root
+
+
+COMMON = ["--dataset", "svamp", "--start", "0", "--end", "2", "--device", "cpu", "--no-progress", "--batch-size", "8"]
+
+
+def test_select_end_to_end(tiny_dirs, capsys):
+    policy, pum, root = tiny_dirs
+    out = root / "select.json"
+    argv = [*COMMON, "--model", str(policy), "--pum", str(pum), "--scorer", "pum,picsar,majority,random"]
+    assert main_select([*argv, "--n", "3", "--max-new-tokens", "6", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["command"] == "select" and report["scorers"] == ["pum", "picsar", "majority", "random"]
+    assert set(report["results"]) == {"pum", "picsar", "majority", "random", "pass@3 (oracle)"}
+    for r in report["results"].values():
+        assert {"accuracy", "ci_low", "ci_high", "correct", "total", "abstained"} <= set(r) and r["total"] == 2
+    assert len(report["problems"]) == 2
+    for problem in report["problems"]:
+        cands = problem["candidates"]
+        assert len(cands) == 3 and all(1 <= c["num_tokens"] <= 6 for c in cands)
+        # the pum pick is the argmax of the recorded PUM scores; random is the seeded draw
+        assert problem["picks"]["pum"] == select_argmax([c["score_pum"] for c in cands])
+        assert problem["picks"]["random"] == select_random(3, 0, problem["problem_id"])
+        assert problem["picks"]["majority"] == select_majority([c["extracted"] for c in cands])
+    table = capsys.readouterr().out
+    assert "pum" in table and "majority" in table and "accuracy" in table
+
+
+def test_select_rejects_bad_arguments(tiny_dirs):
+    policy, _, _ = tiny_dirs
+    assert main_select([*COMMON, "--model", str(policy), "--scorer", "oracle"]) == 2
+    assert main_select([*COMMON, "--model", str(policy), "--scorer", "pum"]) == 2  # no --pum
+
+
+def test_beam_end_to_end(tiny_dirs, capsys):
+    policy, pum, root = tiny_dirs
+    out = root / "beam.json"
+    argv = [*COMMON, "--model", str(policy), "--pum", str(pum), "--beams", "2", "--expand", "2"]
+    assert (
+        main_beam([*argv, "--max-steps", "2", "--max-step-tokens", "4", "--max-new-tokens", "8", "--output", str(out)])
+        == 0
+    )
+    report = json.loads(out.read_text())
+    assert report["command"] == "beam" and list(report["results"]) == ["beam B=2 k=2"]
+    assert report["results"]["beam B=2 k=2"]["total"] == 2
+    assert 1 <= report["summary"]["rounds"] <= 2
+    for problem in report["problems"]:
+        assert 1 <= len(problem["beams"]) <= 2
+        scores = [b["score"] for b in problem["beams"]]
+        assert scores == sorted(scores, reverse=True)  # kept beams are the top-B by U
+        assert 1 <= problem["num_tokens"] <= 8 and math.isfinite(problem["score"])
+    assert "beam B=2 k=2" in capsys.readouterr().out
