@@ -8,10 +8,14 @@
 ranks.) The job: load the policy (`model_name_or_path: default` is the embedded SmolLM2-135M-Instruct), evaluate
 it greedily on the eval sets, train with `ProcessGRPOTrainer` and the configured reward functions, evaluate
 again, and write `summary.json` and `curves.png` into `output_dir`.
+
+`task: search` trains on multi-hop QA with search episodes and the StepGap reward instead (`procrl.stepgap_grpo`;
+configs/grpo/stepgap_2wiki_smollm2.yaml, launch/grpo_stepgap.sh); the math evaluation is then skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
@@ -20,15 +24,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from procrl.stepgap_grpo import SearchTaskArguments
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
 
-@dataclass
-class GRPOScriptArguments:
-    """What to train on, which rewards to use and how to evaluate (the `GRPOConfig` holds the rest)."""
+TASKS = ("math", "search")
 
+
+@dataclass
+class GRPOScriptArguments(SearchTaskArguments):
+    """What to train on, which rewards to use and how to evaluate (the `GRPOConfig` holds the rest); the settings
+    of `task: search` are inherited from `procrl.stepgap_grpo.SearchTaskArguments`."""
+
+    task: str = field(
+        default="math",
+        metadata={
+            "help": "'math' (single-turn math problems, math rewards, before/after evaluation) or 'search' "
+            "(multi-hop QA with <search> episodes and the StepGap reward; dataset_name is then a QA set such as "
+            "2wiki_dev_sample, reward_funcs names em / stepgap, and the math evaluation is skipped)."
+        },
+    )
     dataset_name: str = field(
         default="svamp",
         metadata={"help": "Training problems: a built-in set (svamp, gsm8k, math500), a hub id or a local file/dir."},
@@ -40,7 +57,9 @@ class GRPOScriptArguments:
     answer_column: str = field(default="answer", metadata={"help": "Gold answer column of non-built-in data."})
     prompt_template: str = field(
         default="one_shot",
-        metadata={"help": "'one_shot' (ends answers with 'The answer is N'), 'zero_shot', or a template with {question}."},
+        metadata={
+            "help": "'one_shot' (ends answers with 'The answer is N'), 'zero_shot', or a template with {question}."
+        },
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome", "picsar_bonus"],
@@ -60,6 +79,8 @@ class GRPOScriptArguments:
     run_eval: bool = field(default=True, metadata={"help": "Evaluate before and after training."})
 
     def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} must be one of {TASKS} (e.g. task: search for StepGap)")
         for spec in self.eval_sets:
             parse_eval_set(spec)
         if self.eval_batch_size < 1:
@@ -70,6 +91,7 @@ class GRPOScriptArguments:
             raise ValueError("reward_funcs is empty: give at least one, e.g. [outcome]")
         if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
             raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
+        super().__post_init__()
 
 
 def parse_eval_set(spec: str) -> tuple[str, int, int | None, int]:
@@ -126,6 +148,11 @@ def resolve_template(name: str):
 
 def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
     """Evaluate, train with GRPO, evaluate again; returns the summary also written to `summary.json`."""
+    with contextlib.ExitStack() as stack:  # closes what a task opened (the StepGap judge server), also on error
+        return _main(script_args, training_args, model_args, stack)
+
+
+def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: contextlib.ExitStack) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import get_peft_config
@@ -159,22 +186,31 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
         tokenizer.pad_token = tokenizer.eos_token
 
     template = resolve_template(script_args.prompt_template)
-    train_dataset = load_math_dataset(
-        script_args.dataset_name,
-        split=script_args.dataset_split,
-        start=script_args.dataset_start,
-        end=script_args.dataset_end,
-        prompt_template=template,
-        question_column=script_args.question_column,
-        answer_column=script_args.answer_column,
-    )
+    search = None
+    if script_args.task == "search":
+        from procrl.stepgap_grpo import open_search_task
+
+        search = stack.enter_context(open_search_task(script_args, training_args))
+        if script_args.run_eval:
+            logger.info("task=search: the math before/after evaluation is skipped (EM is logged during training)")
+        train_dataset = search.train_dataset
+    else:
+        train_dataset = load_math_dataset(
+            script_args.dataset_name,
+            split=script_args.dataset_split,
+            start=script_args.dataset_start,
+            end=script_args.dataset_end,
+            prompt_template=template,
+            question_column=script_args.question_column,
+            answer_column=script_args.answer_column,
+        )
     eval_sets = []
-    for spec in script_args.eval_sets if script_args.run_eval else []:
+    for spec in script_args.eval_sets if script_args.run_eval and not search else []:
         name, start, end, tokens = parse_eval_set(spec)
         data = load_math_dataset(name, start=start, end=end, prompt_template=template)
         eval_sets.append((f"{name}[{start}:{start + len(data)}]", data, tokens))
 
-    reward_funcs = build_reward_funcs(script_args)
+    reward_funcs = search.reward_funcs if search else build_reward_funcs(script_args)
     weights = training_args.reward_weights or [1.0] * len(reward_funcs)
     for func in reward_funcs:
         if hasattr(func, "bind_policy"):
@@ -207,6 +243,7 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
+        **(search.trainer_kwargs if search else {}),
     )
     train_start = time.perf_counter()
     train_output = trainer.train()
@@ -217,6 +254,7 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
 
     summary = {
         "model": model_args.model_name_or_path or "default",
+        "task": script_args.task,
         "world_size": trainer.accelerator.num_processes,
         "train": {
             "dataset": f"{script_args.dataset_name}[{script_args.dataset_start}:{script_args.dataset_end}]",
@@ -231,6 +269,8 @@ def main(script_args: GRPOScriptArguments, training_args, model_args) -> dict:
         "log_history": trainer.state.log_history,
         "total_wall_time_s": time.perf_counter() - t0,
     }
+    if search:
+        summary["search"] = search.summary()
     if trainer.accelerator.is_main_process:
         out = Path(training_args.output_dir)
         out.mkdir(parents=True, exist_ok=True)

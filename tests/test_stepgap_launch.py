@@ -1,0 +1,216 @@
+"""StepGap GRPO wiring (`task: search`, procrl.stepgap_grpo), its configs and launch/grpo_stepgap.sh.
+
+The training test runs `procrl.train_grpo` for one step on a tiny random Llama with a scripted policy (it searches
+once, then answers), the builtin bm25s index, a scripted judge and a scripted NLI (no server), and checks the
+logged StepGap metrics against values computed by hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import procrl.trainers.rollout as rollout_mod
+from procrl.data_builders.corpus import load_qa_questions
+from procrl.rewards.judges import Judge, JudgeResult, parse_judgement
+from procrl.rewards.qa import em_reward
+from procrl.rewards.stepgap.reward import StepGapReward, StepGapStepRewards
+from procrl.train_grpo import cli_main, make_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs" / "grpo"
+MAIN_CONFIG = CONFIGS / "stepgap_2wiki_smollm2.yaml"
+SCRIPT = ROOT / "launch" / "grpo_stepgap.sh"
+
+# The judge's A-C reply for every step: on target, no abstention, evidence about the right entity, no quote.
+REPLY = json.dumps({"off_target": False, "abstains": False, "entity_match": True, "quote": ""})
+
+
+class ScriptedJudge(Judge):
+    def __init__(self):
+        super().__init__(name="scripted")
+        self.requests = 0
+
+    def _request_payload(self, messages, schema):
+        return {"messages": messages, "schema": schema.__name__}
+
+    async def _judge_uncached(self, requests, schema, finish):
+        for j, _ in enumerate(requests):
+            self.requests += 1
+            value, reason = parse_judgement(REPLY, schema)
+            finish(j, JudgeResult(value=value, unscored=reason, raw=REPLY, attempts=1))
+
+
+class GoldNLI:
+    """Entailment when the hypothesis names the gold answer, else contradiction."""
+
+    def __init__(self, gold: str):
+        self.gold = gold
+
+    def predict(self, pairs):
+        return ["entailment" if self.gold in hypothesis else "contradiction" for _, hypothesis in pairs]
+
+
+@pytest.fixture()
+def fakes(monkeypatch, smollm2_tokenizer):
+    """Scripted judge (records open/close), NLI and policy; returns the record."""
+    question = load_qa_questions("2wiki_dev_sample", end=1)[0]
+    gold = question["golden_answers"][0]
+    record = {"opened": [], "closed": 0, "judge": ScriptedJudge()}
+
+    @contextlib.contextmanager
+    def fake_open_judge(spec, **kwargs):
+        record["opened"].append((spec, kwargs))
+        try:
+            yield record["judge"]
+        finally:
+            record["closed"] += 1
+
+    monkeypatch.setattr("procrl.rewards.judges.open_judge", fake_open_judge)
+    monkeypatch.setattr("procrl.rewards.stepgap.nli.make_nli", lambda spec, judge, **kw: GoldNLI(gold))
+
+    tok = smollm2_tokenizer
+
+    def fake_generate(model, prompt_ids, generation_config, *, pad_token_id, eos_ids, **kwargs):
+        """Turn 1: search the question; turn 2: even rows answer the gold, odd rows a wrong name."""
+        outs = []
+        for row, ids in enumerate(prompt_ids):
+            text = tok.decode(ids)
+            if "Doc 1 (Title:" not in text:
+                turn = f"<think>I need to look this up.</think>\n<search> {question['question']} </search>"
+            else:
+                turn = f"<answer> {gold if row % 2 == 0 else 'Nobody Inparticular'} </answer>"
+            outs.append(tok(turn, add_special_tokens=False)["input_ids"][: generation_config.max_new_tokens])
+        logps = [[-1.0] * len(o) for o in outs]
+        return rollout_mod.GenerationOutput(outs, logps, logps)
+
+    monkeypatch.setattr(rollout_mod, "generate_completions", fake_generate)
+    return record
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
+    path = tmp_path_factory.mktemp("tiny-policy")
+    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(path)
+    smollm2_tokenizer.save_pretrained(path)
+    return path
+
+
+def _argv(model_dir, out_dir, *extra):
+    return [
+        "--config", str(MAIN_CONFIG), "--model_name_or_path", str(model_dir), "--output_dir", str(out_dir),
+        "--dataset_end", "1", "--max_steps", "1", "--num_generations", "2", "--per_device_train_batch_size", "2",
+        "--max_completion_length", "400", "--search_topk", "1", "--report_to", "none", *extra,
+    ]  # fmt: skip
+
+
+def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
+    summary = cli_main(_argv(tiny_model_dir, tmp_path / "out"))
+    assert fakes["closed"] == 1 and fakes["opened"][0][0] == "local"  # the judge was opened once and closed
+    kwargs = fakes["opened"][0][1]
+    assert kwargs["num_threads"] == 1 and kwargs["continuous_batching"] and kwargs["max_tokens"] == 160
+    assert kwargs["cache_dir"] == str(tmp_path / "out" / "judge_cache")
+    assert fakes["judge"].requests == 4  # A-C for 2 completions x 2 steps (search, answer)
+    assert summary["task"] == "search" and summary["before"] == [] and summary["after"] == []
+    assert summary["train"]["reward_funcs"] == ["em_reward", "stepgap_reward"]
+    assert summary["search"]["judge_stats"]["requests"] == 4
+    logs = next(h for h in summary["log_history"] if "stepgap/label_IE" in h)
+    # Row 0 answers the gold, row 1 a wrong name. Search step: claim, no evidence yet -> C: IE (both rows).
+    # Answer step: no quote -> E: NLI(all evidence => "The answer is X.") -> entailment (gold) NONE, else IE.
+    # Labels IE, NONE | IE, IE -> IE 3/4, NONE 1/4.
+    assert logs["stepgap/label_IE"] == pytest.approx(0.75)
+    assert logs["stepgap/label_NONE"] == pytest.approx(0.25)
+    assert logs["stepgap/label_CC"] == logs["stepgap/label_MB"] == logs["stepgap/label_ERROR"] == 0.0
+    assert logs["stepgap/searches_per_completion"] == pytest.approx(1.0)
+    assert logs["stepgap/format_violation_frac"] == 0.0
+    # EM 1, 0 -> 0.5; task/accuracy is EM too.
+    assert logs["rewards/em_reward/mean"] == pytest.approx(0.5) and logs["task/accuracy"] == pytest.approx(0.5)
+    # R = EM + base(IE) + ignored-gap shaping (the answer after IE is no new search) + base(last):
+    # row 0: 1 - 0.10 - 0.10 + 0.20 = 1.00; row 1: 0 - 0.10 - 0.10 - 0.10 = -0.30; mean 0.35.
+    assert logs["rewards/stepgap_reward/mean"] == pytest.approx(0.35)
+    assert (tmp_path / "out" / "summary.json").is_file()
+
+
+def test_judge_closed_when_training_fails(tmp_path, tiny_model_dir, fakes, monkeypatch):
+    def boom(self, *args, **kwargs):
+        raise RuntimeError("training failed")
+
+    monkeypatch.setattr("procrl.trainers.grpo.ProcessGRPOTrainer.train", boom)
+    with pytest.raises(RuntimeError, match="training failed"):
+        cli_main(_argv(tiny_model_dir, tmp_path / "out"))
+    assert fakes["closed"] == 1
+
+
+def _task(argv, **overrides):
+    from procrl.stepgap_grpo import open_search_task
+
+    script_args, training_args, _ = make_parser().parse_args_and_config(args=argv)
+    for key, value in overrides.items():
+        setattr(training_args, key, value)
+    return open_search_task(script_args, training_args), training_args
+
+
+@pytest.mark.parametrize(
+    ("config", "base_cc", "shaping"),
+    [("stepgap_2wiki_smollm2", 0.05, True), ("stepgap_2wiki_smollm2_zero_cc", 0.0, True),
+     ("stepgap_2wiki_smollm2_no_shaping", 0.05, False)],
+)  # fmt: skip
+def test_configs_and_controls(config, base_cc, shaping, fakes, tmp_path):
+    ctx, training_args = _task(["--config", str(CONFIGS / f"{config}.yaml"), "--output_dir", str(tmp_path)])
+    with ctx as task:
+        em, stepgap = task.reward_funcs
+        assert em is em_reward and isinstance(stepgap, StepGapReward)
+        assert stepgap.config.base_cc == base_cc and stepgap.config.shaping is shaping and stepgap.config.lam == 1.0
+        assert task.trainer_kwargs["outcome_func"] is em_reward and task.trainer_kwargs["rollout_func"].env.topk == 3
+        assert len(task.train_dataset) == 200 and training_args.reward_weights == [0.0, 1.0]
+
+
+def test_process_mode_uses_step_rewards(fakes, tmp_path):
+    argv = ["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "mixed",
+            "--stepgap_lambda", "0.5"]  # fmt: skip
+    ctx, training_args = _task(argv)
+    with ctx as task:
+        assert task.reward_funcs == [em_reward] and training_args.reward_weights == [0.0]  # stepgap's weight dropped
+        step = task.trainer_kwargs["step_reward_func"]
+        assert isinstance(step, StepGapStepRewards) and step.config.lam == 0.5
+
+
+def test_bad_search_settings():
+    with pytest.raises(ValueError, match="dataset_name: 2wiki_dev_sample"):
+        make_parser().parse_args_and_config(args=["--config", str(MAIN_CONFIG), "--dataset_name", "svamp"])
+    with pytest.raises(ValueError, match="reward_funcs: \\[em, stepgap\\]"):
+        make_parser().parse_args_and_config(args=["--config", str(MAIN_CONFIG), "--reward_funcs", "outcome", "em"])
+    with pytest.raises(ValueError, match="task="):
+        make_parser().parse_args_and_config(args=["--config", str(MAIN_CONFIG), "--task", "chess"])
+
+
+def test_process_mode_needs_stepgap(fakes, tmp_path):
+    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "process",
+                    "--reward_funcs", "em", "--reward_weights", "1.0"])  # fmt: skip
+    with pytest.raises(ValueError, match="add it to reward_funcs"), ctx:
+        pass
+
+
+def _script(**env):
+    full = {**os.environ, "PYTHON": "/bin/echo", **env}  # echo prints the command the script would run
+    return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=30)
+
+
+def test_launch_script_variables():
+    assert os.access(SCRIPT, os.X_OK) and "set -euo pipefail" in SCRIPT.read_text()
+    out = _script().stdout.split()
+    assert out[:3] == ["train_grpo.py", "--config", "configs/grpo/stepgap_2wiki_smollm2.yaml"]
+    assert "--stepgap_shaping" not in out and "--stepgap_lambda" not in out  # empty -> the config's values
+    assert out[out.index("--judge") + 1] == "local" and out[out.index("--retriever") + 1] == "2wiki_corpus_sample"
+    out = _script(LAMBDA="0.5", SHAPING="off", JUDGE="http://127.0.0.1:9/v1", MODEL="m").stdout.split()
+    assert out[out.index("--stepgap_lambda") + 1] == "0.5" and out[out.index("--stepgap_shaping") + 1] == "false"
+    assert (
+        out[out.index("--judge") + 1] == "http://127.0.0.1:9/v1" and out[out.index("--model_name_or_path") + 1] == "m"
+    )
+    bad = _script(SHAPING="maybe")
+    assert bad.returncode == 2 and "SHAPING must be on or off" in bad.stderr
