@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from procrl.stepgap_grpo import SearchTaskArguments
+from procrl.trainers.callbacks import FRSArguments
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -34,9 +35,10 @@ TASKS = ("math", "search")
 
 
 @dataclass
-class GRPOScriptArguments(SearchTaskArguments):
+class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
     """What to train on, which rewards to use and how to evaluate (the `GRPOConfig` holds the rest); the settings
-    of `task: search` are inherited from `procrl.stepgap_grpo.SearchTaskArguments`."""
+    of `task: search` are inherited from `procrl.stepgap_grpo.SearchTaskArguments`, the `frs_*` fields (FRS logged
+    during training, off unless `frs_every_n_steps` > 0) from `procrl.trainers.callbacks.FRSArguments`."""
 
     task: str = field(
         default="math",
@@ -92,6 +94,7 @@ class GRPOScriptArguments(SearchTaskArguments):
         if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
             raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
         super().__post_init__()
+        FRSArguments.__post_init__(self)
 
 
 def parse_eval_set(spec: str) -> tuple[str, int, int | None, int]:
@@ -245,6 +248,10 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
         peft_config=get_peft_config(model_args),
         **(search.trainer_kwargs if search else {}),
     )
+    if not search:  # FRS judges math reasoning; no-op unless frs_every_n_steps > 0
+        from procrl.trainers.callbacks import add_frs_callback
+
+        add_frs_callback(script_args, trainer, prompt_template=template)
     train_start = time.perf_counter()
     train_output = trainer.train()
     train_time = time.perf_counter() - train_start
