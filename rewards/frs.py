@@ -63,6 +63,7 @@ logger = get_logger(__name__)
 __all__ = [
     "DEFAULT_K_VALUES",
     "DIMENSIONS",
+    "REPLY_FORMAT",
     "RUBRIC",
     "FRSConfig",
     "FRSReport",
@@ -206,11 +207,19 @@ Reply with only a JSON object of this form, nothing else:
 {"faithfulness": <1-5>, "utility": <1-5>, "coherence": <1-5>, "factuality": <1-5>}"""
 
 
+# Repeated at the end of the user message: measured on 12 traces with the 135M default judge, the rubric alone gave
+# 0 of 4 valid JSON replies (it answered in prose), the rubric plus this closing line 4 of 12.
+REPLY_FORMAT = (
+    "Reply with only this JSON object, filled in with integers from 1 to 5:\n"
+    '{"faithfulness": _, "utility": _, "coherence": _, "factuality": _}'
+)
+
+
 def judge_messages(
     problem: str, trace: str, gold: str | None, final_correct: bool | None, *, max_trace_chars: int = 8000
 ) -> list[dict[str, str]]:
     """The chat request for one trace: `RUBRIC` as the system message; problem, reference answer,
-    `{"final_correct": ...}` (null when the gold cannot be parsed) and the trace as the user message.
+    `{"final_correct": ...}` (null when the gold cannot be parsed), the trace and `REPLY_FORMAT` as the user message.
 
     A GSM8K gold solution is shown as its final value (the text after the last "####"), so the judge does not
     grade against one reference method. Traces longer than `max_trace_chars` characters keep their head and
@@ -223,7 +232,7 @@ def judge_messages(
         f"Problem:\n{problem.strip()}\n\n"
         f"Reference final answer: {_gold_text(gold)}\n\n"
         f"Correctness check of the student's final answer: {json.dumps({'final_correct': final_correct})}\n\n"
-        f"Student's reasoning:\n<<<\n{trace.strip()}\n>>>"
+        f"Student's reasoning:\n<<<\n{trace.strip()}\n>>>\n\n{REPLY_FORMAT}"
     )
     return [{"role": "system", "content": RUBRIC}, {"role": "user", "content": user}]
 

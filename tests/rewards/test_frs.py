@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from procrl.rewards.frs import (
     DIMENSIONS,
+    REPLY_FORMAT,
     RUBRIC,
     FRSConfig,
     ReasoningJudgement,
@@ -209,6 +210,7 @@ def test_judge_request_holds_problem_trace_gold_and_correctness():
     user = messages[1]["content"]
     assert "Tom has 3 apples." in user
     assert "<<<\n3 + 4 = 7\n>>>" in user
+    assert user.endswith(REPLY_FORMAT)  # the format again, last: small judges follow the end of the prompt
     assert "Reference final answer: 7\n" in user  # GSM8K gold shown as its final value only
     assert '{"final_correct": true}' in user
     assert '{"final_correct": false}' in judge_messages("p", "t", "7", False)[1]["content"]
