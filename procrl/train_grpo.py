@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -26,12 +25,13 @@ from pathlib import Path
 
 from procrl.stepgap_grpo import SearchTaskArguments
 from procrl.trainers.callbacks import FRSArguments
-from procrl.utils import get_logger
+from procrl.utils import default_wandb_offline, get_logger, json_safe
 
 logger = get_logger(__name__)
 
 
 TASKS = ("math", "search")
+PUM_REWARDS = {"pum": "full", "pum_min": "min", "pum_last": "last"}  # reward name -> PUMReward mode
 
 
 @dataclass
@@ -65,8 +65,20 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["outcome", "picsar_bonus"],
-        metadata={"help": "Reward functions: registry names (outcome, picsar_bonus) or dotted paths 'module.func'."},
+        metadata={
+            "help": "Reward functions: registry names (outcome, picsar_bonus; pum, pum_min, pum_last with pum_model) "
+            "or dotted paths 'module.func'. With advantage_mode process or mixed, 'pum' is not a scalar reward but "
+            "the step scorer (per-step PUM increments) behind the process advantages."
+        },
     )
+    pum_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prefix Utility Model for the pum* rewards: a train_pum.py output directory (full checkpoint or "
+            "LoRA adapter with its score head). Scores U(x, y) of the problem (`question` column) and the completion."
+        },
+    )
+    pum_batch_size: int = field(default=16, metadata={"help": "Inputs per PUM forward pass."})
     picsar_evaluator: str | None = field(
         default=None, metadata={"help": "Model for PiCSAR's answer term; null = the live policy."}
     )
@@ -91,6 +103,14 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
             raise ValueError("picsar_normalize must be 'mean' or 'sum'")
         if not self.reward_funcs:
             raise ValueError("reward_funcs is empty: give at least one, e.g. [outcome]")
+        uses_pum = [name for name in self.reward_funcs if name in PUM_REWARDS]
+        if uses_pum and not self.pum_model:
+            raise ValueError(
+                f"reward_funcs {uses_pum} need a Prefix Utility Model: set pum_model to a train_pum.py output "
+                "directory (accelerate launch train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml)."
+            )
+        if self.pum_batch_size < 1:
+            raise ValueError(f"pum_batch_size must be >= 1, got {self.pum_batch_size}")
         if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
             raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
         super().__post_init__()
@@ -119,19 +139,42 @@ def make_parser():
     return TrlParser((GRPOScriptArguments, ProcessGRPOConfig, ModelConfig))
 
 
-def build_reward_funcs(script_args: GRPOScriptArguments) -> list:
-    """The registry (one explicit dict) plus dotted import paths for user rewards."""
+def build_reward_funcs(script_args: GRPOScriptArguments, training_args=None) -> tuple[list, list[float], object]:
+    """The math task's rewards: (TRL reward functions, their weights, the step scorer or None).
+
+    Names come from one explicit registry (outcome, picsar_bonus, pum, pum_min, pum_last) or are dotted import paths
+    for user rewards. In `advantage_mode: process | mixed`, "pum" becomes the step scorer (per-step increments
+    U(x, p_k) - U(x, p_{k-1}), `procrl.rewards.pum_rewards.PUMStepRewards`) and leaves the scalar rewards, with its
+    weight, so it is not counted twice (DESIGN §4 "Process advantages").
+
+    Raises:
+        ValueError: an unknown name, a weight list that does not match `reward_funcs`, or process/mixed mode
+            without a step scorer ("pum") or without a scalar reward left.
+    """
     from procrl.rewards.outcome import outcome_reward
     from procrl.rewards.picsar import get_picsar_bonus
+    from procrl.rewards.pum_rewards import get_pum_reward, get_pum_step_rewards
+
+    def pum(mode):
+        return lambda: get_pum_reward(script_args.pum_model, mode, batch_size=script_args.pum_batch_size)
 
     registry = {
         "outcome": lambda: outcome_reward,
         "picsar_bonus": lambda: get_picsar_bonus(
             evaluator=script_args.picsar_evaluator, normalize=script_args.picsar_normalize
         ),
+        **{name: pum(mode) for name, mode in PUM_REWARDS.items()},
     }
-    funcs = []
-    for name in script_args.reward_funcs:
+    mode = getattr(training_args, "advantage_mode", "outcome")
+    given = list(training_args.reward_weights) if training_args is not None and training_args.reward_weights else None
+    names = script_args.reward_funcs
+    if given is not None and len(given) != len(names):
+        raise ValueError(f"reward_weights {given} must have one weight per reward_funcs entry {names}.")
+    funcs, weights, step_reward_func = [], [], None
+    for k, name in enumerate(names):
+        if name == "pum" and mode in ("process", "mixed"):
+            step_reward_func = get_pum_step_rewards(script_args.pum_model, batch_size=script_args.pum_batch_size)
+            continue
         if name in registry:
             funcs.append(registry[name]())
         elif "." in name or ":" in name:
@@ -139,7 +182,18 @@ def build_reward_funcs(script_args: GRPOScriptArguments) -> list:
             funcs.append(getattr(importlib.import_module(module), attr))
         else:
             raise ValueError(f"unknown reward function {name!r}: use one of {sorted(registry)} or 'module.func'")
-    return funcs
+        weights.append(given[k] if given is not None else 1.0)
+    if mode in ("process", "mixed"):
+        if step_reward_func is None:
+            raise ValueError(
+                f"advantage_mode={mode} needs a step scorer: add 'pum' to reward_funcs and set pum_model "
+                "(or use advantage_mode: outcome)."
+            )
+        if not funcs:
+            raise ValueError(
+                f"advantage_mode={mode}: add a scalar reward besides 'pum', e.g. reward_funcs: [outcome, pum]."
+            )
+    return funcs, weights, step_reward_func
 
 
 def resolve_template(name: str):
@@ -169,7 +223,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
 
     t0 = time.perf_counter()
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # we use rollout_func knowingly (TRL pinned)
-    _default_wandb_offline(training_args.report_to)
+    default_wandb_offline(training_args.report_to)
     if script_args.run_eval and training_args.deepspeed and "zero3" in str(training_args.deepspeed).lower():
         raise ValueError(
             "The before/after evaluation generates on rank 0 alone, which hangs with ZeRO-3 (partitioned weights). "
@@ -213,11 +267,21 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
         data = load_math_dataset(name, start=start, end=end, prompt_template=template)
         eval_sets.append((f"{name}[{start}:{start + len(data)}]", data, tokens))
 
-    reward_funcs = search.reward_funcs if search else build_reward_funcs(script_args)
+    if search:
+        reward_funcs, trainer_kwargs = search.reward_funcs, search.trainer_kwargs
+    else:
+        reward_funcs, weights, step_reward_func = build_reward_funcs(script_args, training_args)
+        if training_args.reward_weights and len(weights) != len(training_args.reward_weights):
+            logger.info("'pum' is the step scorer in advantage_mode=%s: reward_weights -> %s",
+                        training_args.advantage_mode, weights)  # fmt: skip
+            training_args.reward_weights = weights  # TRL needs one weight per scalar reward function
+        trainer_kwargs = {"step_reward_func": step_reward_func} if step_reward_func is not None else {}
     weights = training_args.reward_weights or [1.0] * len(reward_funcs)
-    for func in reward_funcs:
+    for func in [*reward_funcs, trainer_kwargs.get("step_reward_func")]:
         if hasattr(func, "bind_policy"):
             func.bind_policy(model, tokenizer)
+        if hasattr(func, "pum"):
+            func.pum  # noqa: B018 - load the PUM now: a bad pum_model fails before evaluation and training, not after
 
     def run_eval(stage: str) -> list[dict]:
         results = []
@@ -246,7 +310,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
         train_dataset=train_dataset,
         processing_class=tokenizer,
         peft_config=get_peft_config(model_args),
-        **(search.trainer_kwargs if search else {}),
+        **trainer_kwargs,
     )
     if not search:  # FRS judges math reasoning; no-op unless frs_every_n_steps > 0
         from procrl.trainers.callbacks import add_frs_callback
@@ -284,20 +348,9 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
         plot_curves(trainer.state.log_history, out / "curves.png", title=Path(training_args.output_dir).name)
         summary["curves"] = str(out / "curves.png")
         summary["wandb_dir"] = _finish_wandb(summary)
-        (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2))
+        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2))
         summary["summary_path"] = str(out / "summary.json")
     return summary
-
-
-def _default_wandb_offline(report_to) -> None:
-    """With `report_to: wandb` and no wandb credentials, log offline instead of failing after the first eval."""
-    if "wandb" not in (report_to or []) or os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
-        return
-    netrc = Path.home() / ".netrc"
-    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
-        return
-    os.environ["WANDB_MODE"] = "offline"
-    logger.warning("No wandb credentials found: logging to wandb in offline mode (WANDB_MODE=offline).")
 
 
 def _finish_wandb(summary: dict) -> str | None:
@@ -316,16 +369,6 @@ def _finish_wandb(summary: dict) -> str | None:
     directory = str(Path(run.dir).parent)
     run.finish()
     return directory
-
-
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def cli_main(argv: list[str] | None = None) -> dict:

@@ -1,9 +1,12 @@
-"""Small helpers shared by every procrl module: logging, completion text, reward-output checks."""
+"""Small helpers shared by every procrl module: logging, completion text, reward-output checks, JSON output, wandb."""
 
 from __future__ import annotations
 
 import logging
+import math
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 _LOGGER_NAME = "procrl"
@@ -70,3 +73,27 @@ def check_reward_length(name: str, values: Sequence[Any], expected: int) -> list
             "it must return exactly one value (float or None) per completion."
         )
     return values
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with non-finite floats replaced by None and dict keys as strings, so `json.dumps` writes valid JSON
+    (NaN and inf are not JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def default_wandb_offline(report_to: Sequence[str] | None) -> None:
+    """With `report_to: wandb` and no wandb credentials (`WANDB_API_KEY`, `WANDB_MODE` or an api.wandb.ai entry in
+    ~/.netrc), set `WANDB_MODE=offline` so the run logs locally instead of failing at its first log call."""
+    if "wandb" not in (report_to or []) or os.environ.get("WANDB_MODE") or os.environ.get("WANDB_API_KEY"):
+        return
+    netrc = Path.home() / ".netrc"
+    if netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore"):
+        return
+    os.environ["WANDB_MODE"] = "offline"
+    get_logger(__name__).warning("No wandb credentials found: logging to wandb in offline mode (WANDB_MODE=offline).")

@@ -50,6 +50,37 @@ def make_tiny_llama(vocab_size: int, seed: int = 0, **overrides):
     return LlamaForCausalLM(config).eval()
 
 
+def make_tiny_pum(vocab_size: int, seed: int = 0):
+    """A 2-layer LlamaForSequenceClassification (num_labels=1, pad == eos as for SmolLM2) whose score head is drawn
+    with std 1, so U values are O(1) and differ between prefixes."""
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        num_labels=1,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForSequenceClassification(config).eval()
+    with torch.no_grad():
+        model.score.weight.normal_(0.0, 1.0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_pum_factory():
+    """`make_tiny_pum(vocab_size, seed=0)`: a tiny random PUM body with a std-1 score head."""
+    return make_tiny_pum
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_factory():
     """`make_tiny_llama(vocab_size, seed=0, **config_overrides)`."""

@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from transformers import TrainerCallback
 
 from procrl.rewards.frs import DEFAULT_K_VALUES, FRSConfig, FRSReport, Trace, compute_frs, tail_confidence_from_logps
 from procrl.trainers.rollout import eos_token_ids, generate_completions, render_prompts
-from procrl.utils import get_logger, prompt_to_text
+from procrl.utils import get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
 
@@ -381,7 +380,7 @@ class FRSCallback(TrainerCallback):
             out = Path(self.output_dir or args.output_dir)
             out.mkdir(parents=True, exist_ok=True)
             payload = {"step": step, "report": report.to_dict(), "traces": [t.to_dict() for t in traces]}
-            (out / f"frs_step{step}.json").write_text(json.dumps(_json_safe(payload), indent=2))
+            (out / f"frs_step{step}.json").write_text(json.dumps(json_safe(payload), indent=2))
         except Exception:
             logger.warning("could not write frs_step%d.json", step, exc_info=True)
 
@@ -411,16 +410,6 @@ class FRSCallback(TrainerCallback):
 
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}"
-
-
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -549,10 +549,10 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
     from trl import RewardTrainer
 
     from procrl.models import resolve_model
-    from procrl.train_grpo import _default_wandb_offline, _json_safe
+    from procrl.utils import default_wandb_offline, json_safe
 
     t0 = time.perf_counter()
-    _default_wandb_offline(training_args.report_to)
+    default_wandb_offline(training_args.report_to)
     peft_config = _peft_config(model_args)
     main_process = training_args.process_index == 0
     model_path = resolve_model(model_args.model_name_or_path or "default")
@@ -684,7 +684,7 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
             "lora": bool(peft_config),
         }
         (out / PUM_CONFIG_NAME).write_text(json.dumps(pum_config, indent=2))
-        (out / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2))
+        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2))
         summary["summary_path"] = str(out / "summary.json")
     trainer.accelerator.wait_for_everyone()
     return summary

@@ -18,32 +18,9 @@ STEPS = [
 ]
 
 
-def make_tiny_pum(vocab_size: int, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,  # pad == eos == <|im_end|>, as for SmolLM2
-        num_labels=1,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForSequenceClassification(config).eval()
-    with torch.no_grad():
-        model.score.weight.normal_(0.0, 1.0)
-    return model
-
-
 @pytest.fixture(scope="module")
-def tiny_pum(smollm2_tokenizer):
-    return make_tiny_pum(len(smollm2_tokenizer))
+def tiny_pum(smollm2_tokenizer, tiny_pum_factory):
+    return tiny_pum_factory(len(smollm2_tokenizer))
 
 
 @pytest.fixture()

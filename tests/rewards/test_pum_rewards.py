@@ -9,7 +9,6 @@ import math
 import pickle
 
 import pytest
-import torch
 
 from procrl.rewards.pum import PrefixUtilityModel
 from procrl.rewards.pum_rewards import PUMReward, PUMStepRewards, get_pum_reward
@@ -20,32 +19,9 @@ PROBLEM = "Tom has 3 apples and buys 5 more. How many apples does he have?"
 COMPLETION = "Tom starts with 3 apples.\n\nHe buys 5 more, so 3 + 5 = 8.\n\nThe answer is 8."
 
 
-def make_tiny_pum(vocab_size: int, seed: int = 0):
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-        num_labels=1,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForSequenceClassification(config).eval()
-    with torch.no_grad():
-        model.score.weight.normal_(0.0, 1.0)
-    return model
-
-
 @pytest.fixture(scope="module")
-def pum(smollm2_tokenizer):
-    return PrefixUtilityModel(make_tiny_pum(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
+def pum(smollm2_tokenizer, tiny_pum_factory):
+    return PrefixUtilityModel(tiny_pum_factory(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
 
 
 def sampled_ids(tok, text: str, eos: bool = True) -> list[int]:

@@ -1,0 +1,103 @@
+"""PUM rewards in `train_grpo.py` (reward names pum / pum_min / pum_last, pum_model) and launch/grpo_pum.sh.
+
+A tiny random Llama stands in for the policy and a tiny random LlamaForSequenceClassification (saved with its score
+head) for the PUM; each variant runs one GRPO step in a subprocess, exactly as a user starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from procrl.train_grpo import GRPOScriptArguments, build_reward_funcs, make_parser
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "configs" / "grpo"
+SCRIPT = ROOT / "launch" / "grpo_pum.sh"
+VARIANTS = {
+    "outcome_anchored": ("svamp_smollm2_pum.yaml", ["outcome_reward", "pum_utility"], "outcome"),
+    "process_only": ("svamp_smollm2_pum_process.yaml", ["pum_utility"], "outcome"),
+    "process_adv": ("svamp_smollm2_pum_steps.yaml", ["outcome_reward"], "mixed"),
+}
+
+
+def _parse(config: str, *flags: str):
+    return make_parser().parse_args_and_config(args=["--config", str(CONFIGS / config), *flags])
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_configs_build_the_documented_rewards(variant, tmp_path):
+    config, names, mode = VARIANTS[variant]
+    script_args, training_args, _ = _parse(config, "--pum_model", str(tmp_path), "--output_dir", str(tmp_path))
+    funcs, weights, step_scorer = build_reward_funcs(script_args, training_args)
+    assert [getattr(f, "__name__", "") for f in funcs] == names
+    assert training_args.advantage_mode == mode
+    assert len(weights) == len(funcs)
+    if variant == "outcome_anchored":
+        assert weights == [1.0, 0.5]  # DESIGN §4: outcome + 0.5 U(x, y)
+    # in process/mixed mode "pum" is the step scorer and not also a scalar reward (never counted twice)
+    assert (step_scorer is not None) == (mode != "outcome")
+    assert step_scorer is None or step_scorer.__name__ == "pum_step_increments"
+
+
+def test_pum_rewards_without_a_model_or_step_scorer_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="set pum_model"):
+        GRPOScriptArguments(reward_funcs=["outcome", "pum_min"])
+    script_args, training_args, _ = _parse(
+        "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "outcome", "--reward_weights", "1.0",
+        "--output_dir", str(tmp_path),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="needs a step scorer"):
+        build_reward_funcs(script_args, training_args)
+    script_args, training_args, _ = _parse(
+        "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "pum", "--reward_weights", "1.0", "--pum_model",
+        str(tmp_path), "--output_dir", str(tmp_path),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="scalar reward besides"):
+        build_reward_funcs(script_args, training_args)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory, tiny_pum_factory):
+    policy = tmp_path_factory.mktemp("tiny-policy")
+    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(policy)
+    smollm2_tokenizer.save_pretrained(policy)
+    pum = tmp_path_factory.mktemp("tiny-pum")
+    tiny_pum_factory(len(smollm2_tokenizer)).save_pretrained(pum)
+    smollm2_tokenizer.save_pretrained(pum)
+    return policy, pum
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_launch_script_runs_each_variant(variant, tmp_path, models):
+    policy, pum = models
+    out = tmp_path / "out"
+    env = {**os.environ, "VARIANT": variant, "PUM": str(pum), "MODEL": str(policy), "PYTHON": sys.executable,
+           "WANDB_DIR": str(tmp_path), "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
+    flags = ["--output_dir", str(out), "--max_steps", "1", "--num_generations", "2",
+             "--per_device_train_batch_size", "2", "--max_completion_length", "12", "--run_eval", "false",
+             "--report_to", "none"]  # fmt: skip
+    proc = subprocess.run(["bash", str(SCRIPT), *flags], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    summary = json.loads((out / "summary.json").read_text())
+    _, names, mode = VARIANTS[variant]
+    assert summary["train"]["steps"] == 1
+    assert summary["train"]["reward_funcs"] == names
+    logged = {k for row in summary["log_history"] for k in row}
+    for name in names:
+        assert f"rewards/{name}/mean" in logged
+    if mode != "outcome":  # the step scorer ran: steps were counted per completion
+        assert "process/steps_per_completion" in logged
+
+
+def test_launch_script_refuses_a_missing_pum(tmp_path):
+    env = {**os.environ, "PUM": str(tmp_path / "no-such-pum"), "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Train one first" in proc.stderr
