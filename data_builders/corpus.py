@@ -431,6 +431,19 @@ SEARCH_PROMPT = (
     "Question: {question}"
 )
 
+# One worked episode (a question outside 2Wiki; true facts) shown as an earlier user/assistant exchange when
+# `load_qa_questions(example=True)`: the information blocks are laid out exactly as `SearchEnvironment` writes them.
+# Measured with the untrained default model (SmolLM2-135M-Instruct, temperature 0.7, 96 tokens, 2Wiki dev questions):
+# without it 0 of 8 completions wrote a <search> tag; with it 11 of 16 searched and 5 of 16 wrote <answer>.
+SEARCH_EXAMPLE_QUESTION = "Who was born first, Albert Einstein or Niels Bohr?"
+SEARCH_EXAMPLE_REPLY = (
+    "<search> Albert Einstein born </search>\n<information>Doc 1 (Title: Albert Einstein) Albert Einstein (14 March "
+    "1879 - 18 April 1955) was a German-born theoretical physicist.</information>\n"
+    "<search> Niels Bohr born </search>\n<information>Doc 1 (Title: Niels Bohr) Niels Bohr (7 October 1885 - 18 "
+    "November 1962) was a Danish physicist.</information>\n"
+    "<think>1879 is before 1885.</think>\n<answer> Albert Einstein </answer>"
+)
+
 ALIAS_FIELDS = ("golden_answers", "aliases", "answer_aliases")
 
 
@@ -440,10 +453,12 @@ def load_qa_questions(
     start: int = 0,
     end: int | None = None,
     template: str = SEARCH_PROMPT,
+    example: bool = False,
 ) -> datasets.Dataset:
     """Multi-hop QA questions for search rollouts, as a `datasets.Dataset` with the columns
 
-    - `prompt`: `[{"role": "user", "content": template.format-ish(question)}]` (`{question}` replaced);
+    - `prompt`: `[{"role": "user", "content": template.format-ish(question)}]` (`{question}` replaced), after one
+      worked episode (`SEARCH_EXAMPLE_QUESTION` in the template, `SEARCH_EXAMPLE_REPLY`) when `example` is true;
     - `question`: the plain question;
     - `golden_answers`: list of gold strings: `answer` first, then any aliases (`golden_answers`, `aliases`,
       `answer_aliases` fields), de-duplicated in order (the column `procrl.rewards.qa.em_reward` reads);
@@ -454,6 +469,8 @@ def load_qa_questions(
         name_or_path: a JSONL file or a built-in name (`2wiki_dev_sample`).
         start, end: row slice (0-based, end exclusive, None = to the end).
         template: prompt text with a `{question}` placeholder.
+        example: put the worked search episode before the question as an earlier user/assistant exchange (the
+            answer is read from the completion only, so the example's answer is never credited).
 
     Raises:
         ValueError: a record without a question or any gold answer, a bad slice, or a template without `{question}`.
@@ -466,6 +483,12 @@ def load_qa_questions(
     if not (0 <= start <= end <= len(rows)):
         raise ValueError(f"Slice [{start}, {end}) is outside the {len(rows)} questions of {name_or_path}.")
     stem = Path(str(name_or_path)).stem
+    shots = []
+    if example:
+        shots = [
+            {"role": "user", "content": template.replace("{question}", SEARCH_EXAMPLE_QUESTION)},
+            {"role": "assistant", "content": SEARCH_EXAMPLE_REPLY},
+        ]
     records = []
     for row_no in range(start, end):
         row = rows[row_no]
@@ -479,7 +502,7 @@ def load_qa_questions(
             raise ValueError(f"{source}: row {row_no} needs a 'question' and an 'answer' (or 'golden_answers').")
         records.append(
             {
-                "prompt": [{"role": "user", "content": template.replace("{question}", question)}],
+                "prompt": [*shots, {"role": "user", "content": template.replace("{question}", question)}],
                 "question": question,
                 "golden_answers": golds,
                 "id": str(row.get("id") or row.get("_id") or f"{stem}/{row_no}"),

@@ -7,7 +7,8 @@
 and closes what it started (the local judge server) on exit, also when training fails:
 
 - questions: `procrl.data_builders.corpus.load_qa_questions(dataset_name, start, end)` (columns `prompt`,
-  `golden_answers`, ...), prompt = `SEARCH_PROMPT` unless `prompt_template` is a custom `{question}` template;
+  `golden_answers`, ...), prompt = `SEARCH_PROMPT` unless `prompt_template` is a custom `{question}` template,
+  after one worked search episode (`SEARCH_EXAMPLE_REPLY`) for `prompt_template: search_one_shot` (or one_shot);
 - retriever: a builtin corpus name / JSONL file / saved index directory -> `BM25Index` in this process, or an
   http(s) URL -> `RetrieverClient` (Search-R1's `POST /retrieve`);
 - rollouts: `ProcessRollout(env=SearchEnvironment(retriever, topk, max_turns))` (multi-turn episodes, the
@@ -206,9 +207,15 @@ def open_search_task(script_args, training_args) -> Iterator[SearchTask]:
             "reward_funcs (it becomes the step scorer, not a scalar reward)."
         )
     template = script_args.prompt_template
-    template = template if "{question}" in template else SEARCH_PROMPT  # one_shot/zero_shot are math templates
+    # search_one_shot / one_shot: the worked search episode first; search / zero_shot: the instruction alone
+    example = template in ("search_one_shot", "one_shot")
+    template = template if "{question}" in template else SEARCH_PROMPT
     dataset = load_qa_questions(
-        script_args.dataset_name, start=script_args.dataset_start, end=script_args.dataset_end, template=template
+        script_args.dataset_name,
+        start=script_args.dataset_start,
+        end=script_args.dataset_end,
+        template=template,
+        example=example,
     )
     retriever = open_retriever(script_args.retriever)
     env = SearchEnvironment(retriever, topk=script_args.search_topk, max_turns=script_args.search_max_turns)

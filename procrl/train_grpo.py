@@ -60,7 +60,9 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
     prompt_template: str = field(
         default="one_shot",
         metadata={
-            "help": "'one_shot' (ends answers with 'The answer is N'), 'zero_shot', or a template with {question}."
+            "help": "'one_shot' (ends answers with 'The answer is N'), 'zero_shot', or a template with {question}. "
+            "task=search: 'search_one_shot' (or one_shot: the search instruction after one worked search episode), "
+            "'search' (or zero_shot: the instruction alone), or a template with {question}."
         },
     )
     reward_funcs: list[str] = field(

@@ -80,7 +80,7 @@ def fakes(monkeypatch, smollm2_tokenizer):
         """Turn 1: search the question; turn 2: even rows answer the gold, odd rows a wrong name."""
         outs = []
         for row, ids in enumerate(prompt_ids):
-            text = tok.decode(ids)
+            text = tok.decode(ids).rsplit("Question:", 1)[-1]  # this episode only (the prompt holds a worked one)
             if "Doc 1 (Title:" not in text:
                 turn = f"<think>I need to look this up.</think>\n<search> {question['question']} </search>"
             else:

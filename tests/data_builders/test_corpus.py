@@ -131,3 +131,24 @@ def test_load_qa_questions_aliases(tmp_path):
 def test_main_rejects_missing_index(tmp_path):
     with pytest.raises(FileNotFoundError):
         main(["--index", str(tmp_path / "nope.jsonl")])
+
+
+def test_worked_search_example_comes_first_and_matches_the_environment_layout():
+    from procrl.data_builders.corpus import SEARCH_EXAMPLE_QUESTION, SEARCH_EXAMPLE_REPLY, SEARCH_PROMPT, Passage
+    from procrl.rewards.qa import em_reward
+    from procrl.trainers.search_env import SearchEnvironment, question_from_prompt
+
+    plain = load_qa_questions(end=2)[0]
+    shot = load_qa_questions(end=2, example=True)[0]
+    assert len(plain["prompt"]) == 1
+    assert [m["role"] for m in shot["prompt"]] == ["user", "assistant", "user"]
+    assert shot["prompt"][0]["content"] == SEARCH_PROMPT.replace("{question}", SEARCH_EXAMPLE_QUESTION)
+    assert shot["prompt"][-1] == plain["prompt"][0]  # the real question is the last user turn, unchanged
+    assert question_from_prompt(shot["prompt"]) == plain["question"]
+    # the example's information blocks are byte-identical to what SearchEnvironment appends after a search
+    env = SearchEnvironment(retriever=None)
+    einstein = Passage("Albert Einstein", "Albert Einstein (14 March 1879 - 18 April 1955) was a German-born "
+                       "theoretical physicist.")  # fmt: skip
+    assert "<search> Albert Einstein born </search>" + env.information([einstein]) in SEARCH_EXAMPLE_REPLY
+    # the example's answer inside the prompt is never credited: EM reads the completion only
+    assert em_reward([shot["prompt"]], ["<think>no idea</think>"], golden_answers=[["Albert Einstein"]]) == [0.0]
