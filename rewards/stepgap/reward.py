@@ -190,8 +190,10 @@ class _StepGapBase:
         if log_metric is not None:
             counts = Counter(lab.label for row in labels for lab in row)
             total = sum(counts.values())
-            for name in ("NONE", "CC", "IE", "MB", "ERROR"):
-                log_metric(f"stepgap/label_{name}", counts.get(name, 0) / total if total else 0.0)
+            log_metric("stepgap/steps_per_completion", total / max(len(traces), 1))
+            if total:  # label shares of the labelled steps; none logged for a batch without steps (not 0, not NaN)
+                for name in ("NONE", "CC", "IE", "MB", "ERROR"):
+                    log_metric(f"stepgap/label_{name}", counts.get(name, 0) / total)
             log_metric("stepgap/searches_per_completion", sum(t.num_searches for t in traces) / max(len(traces), 1))
             log_metric(
                 "stepgap/format_violation_frac", sum(bool(t.format_violations) for t in traces) / max(len(traces), 1)
@@ -207,7 +209,8 @@ class StepGapReward(_StepGapBase):
         config: `StepGapRewardConfig` (defaults from DESIGN §4).
 
     Reads the dataset column `golden_answers` and the rollout's `search_trace` (parses the completion text when
-    absent). Logs `stepgap/label_<L>` (label shares), `stepgap/searches_per_completion` and
+    absent). Logs `stepgap/label_<L>` (label shares; not logged for a batch without labelled steps),
+    `stepgap/steps_per_completion`, `stepgap/searches_per_completion` and
     `stepgap/format_violation_frac` through TRL's `log_metric`.
     """
 

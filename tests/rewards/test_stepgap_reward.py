@@ -131,6 +131,16 @@ def test_trl_reward_function_and_metrics():
     assert reward.__name__ == "stepgap_reward"
 
 
+def test_batch_without_steps_logs_no_label_shares():
+    logged = {}
+    reward = StepGapReward(FakeVerifier([]))
+    out = reward(["Question: q"] * 2, ["I do not know.", ""], [[1], [1]], golden_answers=[["x"], ["y"]],
+                 log_metric=lambda k, v: logged.setdefault(k, v))  # fmt: skip
+    assert out == [0.0, 0.0]  # EM 0, no steps: no base or shaping terms
+    assert logged["stepgap/steps_per_completion"] == 0.0 and logged["stepgap/searches_per_completion"] == 0.0
+    assert not [k for k in logged if k.startswith("stepgap/label_")]  # neither 0 (a fake share) nor NaN
+
+
 def test_step_rewards_boundaries():
     steps = [_search(Q0), _search("Ermengarde of Tours"), _answer()]
     steps[0].token_span, steps[1].token_span, steps[2].token_span = (0, 5), (20, 26), (40, 48)
