@@ -600,8 +600,10 @@ def estimate_solve_counts(
     state=None,
     stats=None,
     engines: dict | None = None,
+    bare: bool = True,
 ) -> tuple[dict[str, list[int]], dict[str, list[int]], list[list[float]]]:
-    """Run every student on every prefix (n) and bare problem (n_0); count verified answers.
+    """Run every student on every prefix (n) and bare problem (n_0; skipped when `bare` is false, leaving the bare
+    counts and rates empty); count verified answers.
 
     Returns:
         (successes per prefix key (one count per student), successes per problem id on the bare problem,
@@ -625,7 +627,9 @@ def estimate_solve_counts(
         requests = [
             RolloutRequest(key=f"{pid}/bare", prompt_ids=ids, n=config.n_rollouts_bare)
             for pid, ids in prompt_ids.items()
+            if bare
         ]
+        bare_keys = {r.key for r in requests}
         for key, prefix in prefixes.items():
             ids, _ = tokenize_steps(
                 tokenizer, _continuation_pieces(prefix.pieces, template), prompt_ids[prefix.problem_id]
@@ -643,16 +647,20 @@ def estimate_solve_counts(
             desc=f"student {s} ({name})",
             state=state,
             stats=call_stats,
+            groups=[
+                r.key.removesuffix("/bare") if r.key in bare_keys else prefixes[r.key].problem_id for r in requests
+            ],
         )
         _add_stats(stats, call_stats)
         rates = []
-        for pid, problem in problems.items():
+        for pid, problem in problems.items() if bare else ():
             hits = sum(
                 bool(is_correct(_strip_stop(r.text, params.stop), problem.answer)) for r in results[f"{pid}/bare"]
             )
             bare_success[pid].append(hits)
             rates.append(hits / config.n_rollouts_bare)
-        bare_rates.append(rates)
+        if bare:
+            bare_rates.append(rates)
         for key, prefix in prefixes.items():
             answer = problems[prefix.problem_id].answer
             hits = sum(bool(is_correct(prefix.text + _strip_stop(r.text, params.stop), answer)) for r in results[key])
@@ -720,6 +728,7 @@ def sample_trajectories(
         desc="trajectories",
         state=state,
         stats=call_stats,
+        groups=[r.key for r in requests],
     )
     _add_stats(stats, call_stats)
     out = {p.problem_id: [_strip_stop(r.text, params.stop).strip() for r in results[p.problem_id]] for p in problems}
@@ -820,6 +829,7 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         engines=engines,
     )
     result = assemble_pairs(config, problems, trajectories, prefixes, prefix_success, bare_success)
+    result["bare_success"] = bare_success
     stats = {
         "problems": len(problems),
         "unparseable_golds_skipped": counts["unparseable_golds_skipped"],
@@ -932,7 +942,10 @@ def replicate(
 ) -> dict:
     """Re-estimate the solve rates of every kept pair's prefixes with fresh rollouts (seed `replication_seed`) and
     report, per pair type, the fraction of non-tie pairs whose order replicates (G_new(chosen) > G_new(rejected),
-    with the original σ_s) and the fraction that tie under the new estimate."""
+    with the original σ_s) and the fraction that tie under the new estimate.
+
+    Both prefixes of a pair belong to one problem, so q_s(x, ∅) cancels in ΔG = Σ_s (q_s(c) − q_s(r)) / σ_s: the bare
+    problems are not rolled out again (the original counts are reused) and only the prefixes are re-estimated."""
     rows = [r for r in result["rows"] if not r["is_tie"]]
     if not rows:
         return {"pairs": 0}
@@ -940,7 +953,7 @@ def replicate(
     sub_prefixes = {k: prefixes[k] for k in needed}
     sub_problems = {pid: problems[pid] for pid in {prefixes[k].problem_id for k in needed}}
     cache_dir = Path(config.output_dir) / "cache_replication"
-    prefix_success, bare_success, _ = estimate_solve_counts(
+    prefix_success, _, _ = estimate_solve_counts(
         config,
         sub_problems,
         sub_prefixes,
@@ -948,7 +961,9 @@ def replicate(
         cache_dir=cache_dir,
         state=state,
         engines=engines,
+        bare=False,
     )
+    bare_success = result["bare_success"]
     out: dict = {"seed": config.replication_seed}
     for kind in PAIR_TYPES:
         subset = [r for r in rows if r["pair_type"] == kind]

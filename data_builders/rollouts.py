@@ -277,6 +277,40 @@ class RolloutEngine(abc.ABC):
 # Sharded, resumable rollouts
 
 
+class _GroupProgress:
+    """Progress bar of request groups (problems): a group counts once every shard holding one of its rows is done."""
+
+    def __init__(self, requests, groups, shard_size, desc, unit, state):
+        from tqdm.auto import tqdm
+
+        self.pending: dict[str, set[int]] = {}
+        if groups is None:
+            self.bar = None
+            return
+        if isinstance(groups, str) or len(groups) != len(requests):
+            raise ValueError(f"groups must name one group per request ({len(requests)}), got {len(groups)}.")
+        row = 0
+        for request, group in zip(requests, groups, strict=True):
+            shard_ids = self.pending.setdefault(str(group), set())
+            shard_ids.update((row + j) // shard_size for j in range(request.n))
+            row += request.n
+        self.bar = tqdm(total=len(self.pending), desc=desc, unit=unit, disable=not state.is_main_process,
+                        dynamic_ncols=True)  # fmt: skip
+
+    def update(self, done: set[int]) -> None:
+        if self.bar is None:
+            return
+        finished = [g for g, shard_ids in self.pending.items() if shard_ids <= done]
+        for group in finished:
+            del self.pending[group]
+        if finished:
+            self.bar.update(len(finished))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 def run_rollouts(
     engine: RolloutEngine,
     requests: Sequence[RolloutRequest],
@@ -289,6 +323,8 @@ def run_rollouts(
     state: PartialState | None = None,
     stats: RolloutStats | None = None,
     poll_interval_s: float = 0.5,
+    groups: Sequence[str] | None = None,
+    group_unit: str = "problem",
 ) -> dict[str, list[Rollout]]:
     """Generate `n` rollouts for every request, sharded over processes and cached on disk; resumable.
 
@@ -307,12 +343,15 @@ def run_rollouts(
         state: accelerate `PartialState`; default `default_state()`.
         stats: if given, filled in place with the counts of this call (summed over processes).
         poll_interval_s: how often a process that is done checks for the other processes' shard files.
+        groups: one group name per request (e.g. its problem id): a second progress bar counts the groups whose
+            rows are all generated (`group_unit`s, e.g. problems).
+        group_unit: the unit of that bar.
 
     Returns:
         `{request.key: [n Rollouts]}` in request order; the i-th rollout of a request is its i-th row.
 
     Raises:
-        ValueError: duplicate request keys, or shard_size < 1.
+        ValueError: duplicate request keys, shard_size < 1, or `groups` not one per request.
         RuntimeError: a shard file in `cache_dir` is unreadable after its owner wrote it (delete it and rerun).
     """
     from tqdm.auto import tqdm
@@ -340,6 +379,8 @@ def run_rollouts(
     mine = [s for s in shards if s.index % state.num_processes == state.process_index and s.index not in done]
     bar = tqdm(total=len(rows), desc=desc, unit="rollout", disable=not state.is_main_process, dynamic_ncols=True)
     bar.update(sum(len(s.rows) for s in shards if s.index in done))
+    group_bar = _GroupProgress(requests, groups, shard_size, f"{desc}: {group_unit}s", group_unit, state)
+    group_bar.update(done)
     generated_rows = generated_tokens = 0
     for shard in mine:
         t0 = time.perf_counter()
@@ -353,6 +394,7 @@ def run_rollouts(
         generated_rows += len(rollouts)
         generated_tokens += sum(len(r.token_ids) for r in rollouts)
         bar.update(len(rollouts))
+        group_bar.update(done)
 
     # Wait for the other processes' shards by polling files (no collective timeout however long they take).
     waiting = [s for s in shards if s.index not in done]
@@ -364,13 +406,16 @@ def run_rollouts(
                 still.append(shard)
             else:
                 bar.update(len(shard.rows))
+                done.add(shard.index)
         waiting = still
+        group_bar.update(done)
         if waiting:
             if time.perf_counter() - last_log > 600:
                 logger.info("%s: waiting for %d shards of other processes", desc, len(waiting))
                 last_log = time.perf_counter()
             time.sleep(poll_interval_s)
     bar.close()
+    group_bar.close()
     state.wait_for_everyone()
 
     results: dict[str, list[Rollout]] = {}

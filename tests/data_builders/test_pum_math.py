@@ -253,11 +253,16 @@ def test_end_to_end_pairs_match_hand_computation(tmp_path, smollm2_tokenizer):
     assert stats["student_sigma"] == pytest.approx([0.311805, 0.235702], abs=1e-6)
     assert stats["pairs"] == {"vertical": 2} and stats["dropped_by_margin"] == {"vertical": 1}
     rows = sorted(dataset.to_list(), key=lambda r: r["margin"])
-    assert [r["chosen"].endswith(t) for r, t in zip(rows, ["market.\n\n", "The answer is 18."], strict=True)] == [True, True]
+    assert [r["chosen"].endswith(t) for r, t in zip(rows, ["market.\n\n", "The answer is 18."], strict=True)] == [
+        True,
+        True,
+    ]
     assert all(r["rejected"] == "Janet sells 16 - 3 - 4 = 9 duck eggs a day.\n\n" for r in rows)
     assert [r["margin"] for r in rows] == pytest.approx([1.862444, 2.263335], abs=1e-5)
     assert [r["delta_std"] for r in rows] == pytest.approx([0.694365, 0.668153], abs=1e-5)
-    assert rows[0]["gain_chosen"] == pytest.approx(1.862444, abs=1e-5) and rows[0]["gain_rejected"] == pytest.approx(0.0)
+    assert rows[0]["gain_chosen"] == pytest.approx(1.862444, abs=1e-5) and rows[0]["gain_rejected"] == pytest.approx(
+        0.0
+    )
     assert rows[0]["prompt"].startswith("Janet’s ducks lay 16 eggs") and rows[0]["n_rollouts"] == 4
     out = Path(config.output_dir)
     for name in ("dataset", "pairs.parquet", "stats.json", "gains.png", "prefixes.jsonl"):
@@ -272,6 +277,43 @@ def test_end_to_end_pairs_match_hand_computation(tmp_path, smollm2_tokenizer):
     dataset2, stats2 = pm.build_pum_math(config, engines=engines)
     assert {k: e.calls for k, e in engines.items()} == calls
     assert stats2["rollouts"]["generated_this_run"] == 0 and dataset2.to_list() == dataset.to_list()
+
+
+class PhasedEngine(ScriptedEngine):
+    """A scripted engine whose rule changes after the first generate call (the main run): the replication's fresh
+    rollouts then disagree with the main estimate where the test wants them to. Records the rows of every call."""
+
+    def __init__(self, tokenizer, rules, name):
+        super().__init__(tokenizer, rules[0], name)
+        self.rules, self.rows = rules, []
+
+    def generate(self, prompt_ids, params, *, seed):
+        self.rule = self.rules[min(self.calls, len(self.rules) - 1)]
+        self.rows.append(len(prompt_ids))
+        return super().generate(prompt_ids, params, seed=seed)
+
+
+def test_replication_reestimates_prefixes_only_and_can_fail(tmp_path, smollm2_tokenizer):
+    # Main run as in the hand computation above: kept pairs p2 > p1 and p3 > p1 (vertical).
+    # Replication: student A now solves p1 4/4, p2 3/4, p3 1/4 (B unchanged); σ and q(x, ∅) cancel or stay fixed:
+    # ΔG(p2, p1) = [(3/4 - 4/4)/0.311805 + (2/4 - 0/4)/0.235702]/2 = (-0.801784 + 2.121320)/2 = +0.66  -> replicates
+    # ΔG(p3, p1) = [(1/4 - 4/4)/0.311805 + (2/4 - 0/4)/0.235702]/2 = (-2.405351 + 2.121320)/2 = -0.14  -> does not
+    engines = {
+        "A": PhasedEngine(smollm2_tokenizer, [_rule((2, 1, 3, 4)), _rule((2, 4, 3, 1))], "A"),
+        "B": PhasedEngine(smollm2_tokenizer, [_rule((0, 0, 2, 2))], "B"),
+    }
+    config = pm.PUMMathConfig(
+        dataset="gsm8k", start=0, end=1, output_dir=str(tmp_path / "out"), trajectory_source="reference",
+        students=["A", "B"], student_templates=["chat"], n_rollouts=4, n_rollouts_bare=8, cut_fractions=[],
+        shard_size=1000, replication_seed=1,
+    )  # fmt: skip
+    _, stats = pm.build_pum_math(config, engines=engines)
+    assert stats["pairs"] == {"vertical": 2}
+    rep = stats["replication"]
+    assert rep["vertical"] == {"pairs": 2, "replicated": 1, "replicated_frac": 0.5, "tied_frac": 0.0}
+    assert rep["all"] == {"pairs": 2, "replicated_frac": 0.5}
+    # main run: 3 prefixes x 4 + 8 bare rows per student; replication: the 3 prefixes x 4 only (no bare rollouts)
+    assert engines["A"].rows == [3 * 4 + 8, 3 * 4] and engines["B"].rows == [3 * 4 + 8, 3 * 4]
 
 
 def test_student_with_zero_spread_is_excluded_and_counted(tmp_path, smollm2_tokenizer):
@@ -414,4 +456,6 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
     )
     assert datasets.load_from_disk(str(sharded_out / "dataset")).to_list() == ref
     assert (sharded_out / "prefixes.jsonl").read_text() == (reference_out / "prefixes.jsonl").read_text()
-    assert any(json.loads(line)["successes"] != [0] for line in (reference_out / "prefixes.jsonl").read_text().splitlines())
+    assert any(
+        json.loads(line)["successes"] != [0] for line in (reference_out / "prefixes.jsonl").read_text().splitlines()
+    )

@@ -465,3 +465,13 @@ def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokeni
     assert out[0].logprobs == [-t / 100 for t in continuation[:4]]
     assert calls[-1][1] == [{"prompt_token_ids": [10, 11, *continuation[:4]]}]
     assert calls[-2][2][0].logprobs is None and calls[-2][2][0].include_stop_str_in_output
+
+
+def test_run_rollouts_counts_problems_in_a_second_bar(tmp_path, capsys):
+    requests = [RolloutRequest("p1/bare", [1], 2), RolloutRequest("p2/bare", [2], 2), RolloutRequest("p1/cut", [3], 3)]
+    run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, shard_size=2, groups=["p1", "p2", "p1"],
+                 desc="student 0")  # fmt: skip
+    err = capsys.readouterr().err
+    assert "student 0: problems" in err and "2/2" in err and "7/7" in err
+    with pytest.raises(ValueError, match="one group per request"):
+        run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, groups=["p1"])
