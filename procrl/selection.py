@@ -15,6 +15,8 @@ raw log-probs kept for PiCSAR), picks one per scorer and reports the accuracy of
 
 Several scorers (comma-separated) select from the SAME samples. Ties always go to the earliest candidate. The table
 also shows pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one sample.
+The samples (token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun with the same model, data
+slice and sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of sampling.
 
 `beam` (DESIGN §4 "PUM" Beam search): every unfinished beam is extended by `--expand` sampled next steps (generation
 stops after the step separator "\\n\\n", at EOS, or after `--max-step-tokens`); the finished beams and all new
@@ -247,6 +249,42 @@ def _check_common(args) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 
 
+# What decides the samples of `procrl select` (the key of its samples file).
+SAMPLE_SETTINGS = (
+    "model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p", "max_new_tokens",
+    "batch_size", "seed",
+)  # fmt: skip
+
+
+def _read_samples(path: Path, key: dict, expected: int) -> tuple[list[list[int]], list[list[float]]] | None:
+    """(ids, log-probs) from a samples file written with the same settings, else None (missing, other settings,
+    wrong count or unreadable: then the samples are drawn again and the file rewritten)."""
+    if not path.is_file():
+        return None
+    try:
+        lines = path.read_text().splitlines()
+        if json.loads(lines[0]) != {"settings": key}:
+            logger.info("select: %s holds samples of other settings; sampling again", path)
+            return None
+        rows = [json.loads(line) for line in lines[1:]]
+    except (OSError, ValueError, IndexError):
+        logger.warning("select: %s is unreadable; sampling again", path)
+        return None
+    if len(rows) != expected:
+        return None
+    return [r["ids"] for r in rows], [r["logps"] for r in rows]
+
+
+def _write_samples(path: Path, key: dict, ids: list[list[int]], logps: list[list[float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("w") as f:
+        f.write(json.dumps({"settings": key}) + "\n")
+        for i, lp in zip(ids, logps, strict=True):
+            f.write(json.dumps({"ids": [int(t) for t in i], "logps": [float(x) for x in lp]}) + "\n")
+    tmp.replace(path)  # atomic: a killed run never leaves a half-written samples file
+
+
 def make_select_parser() -> argparse.ArgumentParser:
     parser = _common_parser("procrl select", __doc__)
     parser.add_argument("--scorer", default="pum", help=f"one or more of {', '.join(SCORERS)} (comma-separated)")
@@ -290,14 +328,22 @@ def run_select(args: argparse.Namespace, scorers: list[str]) -> dict:
     tok = s.tokenizer
     config = _generation_config(args, tok.pad_token_id, s.eos_ids, args.max_new_tokens)
     requests = [p for p in s.prompt_ids for _ in range(args.n)]  # problem-major, N consecutive samples each
-    ids, logps = [], []
-    for start in tqdm(range(0, len(requests), args.batch_size), desc="sampling", disable=args.no_progress):
-        out = generate_completions(
-            s.model, requests[start : start + args.batch_size], config, pad_token_id=tok.pad_token_id,
-            eos_ids=s.eos_ids, device=s.device,
-        )  # fmt: skip
-        ids += out.completion_ids
-        logps += out.completion_logps
+    samples_path = Path(args.output).with_name(Path(args.output).stem + ".samples.jsonl")
+    samples_key = {k: getattr(args, k) for k in SAMPLE_SETTINGS}
+    cached = _read_samples(samples_path, samples_key, len(requests))
+    if cached is not None:
+        ids, logps = cached
+        logger.info("select: %d samples read from %s (same model, data and sampling settings)", len(ids), samples_path)
+    else:
+        ids, logps = [], []
+        for start in tqdm(range(0, len(requests), args.batch_size), desc="sampling", disable=args.no_progress):
+            out = generate_completions(
+                s.model, requests[start : start + args.batch_size], config, pad_token_id=tok.pad_token_id,
+                eos_ids=s.eos_ids, device=s.device,
+            )  # fmt: skip
+            ids += out.completion_ids
+            logps += out.completion_logps
+        _write_samples(samples_path, samples_key, ids, logps)
     t_gen = time.perf_counter() - t0
     texts = tok.batch_decode(ids, skip_special_tokens=True)
 

@@ -5,7 +5,6 @@ import json
 import math
 
 import pytest
-import torch
 
 from procrl.selection import main_beam, main_select, select_argmax, select_majority, select_random
 
@@ -57,22 +56,12 @@ def test_select_random_is_seeded_per_key():
 
 
 @pytest.fixture(scope="module")
-def tiny_dirs(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
-    from transformers import LlamaConfig, LlamaForSequenceClassification
-
+def tiny_dirs(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory, tiny_pum_factory):
     root = tmp_path_factory.mktemp("sel")
     policy = root / "policy"
     tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(policy)
     smollm2_tokenizer.save_pretrained(policy)
-    config = LlamaConfig(
-        vocab_size=len(smollm2_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, bos_token_id=1, eos_token_id=2, pad_token_id=2, num_labels=1,
-    )  # fmt: skip
-    torch.manual_seed(1)
-    pum = LlamaForSequenceClassification(config)
-    with torch.no_grad():
-        pum.score.weight.normal_(0.0, 1.0)
-    pum.save_pretrained(root / "pum")
+    tiny_pum_factory(len(smollm2_tokenizer), seed=1).save_pretrained(root / "pum")
     smollm2_tokenizer.save_pretrained(root / "pum")
     return policy, root / "pum", root
 
@@ -100,6 +89,29 @@ def test_select_end_to_end(tiny_dirs, capsys):
         assert problem["picks"]["majority"] == select_majority([c["extracted"] for c in cands])
     table = capsys.readouterr().out
     assert "pum" in table and "majority" in table and "accuracy" in table
+
+
+def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dirs, monkeypatch):
+    import procrl.trainers.rollout as rollout_mod
+
+    policy, pum, root = tiny_dirs
+    out = root / "rerun" / "select.json"
+    argv = [*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "5", "--output", str(out)]
+    assert main_select([*argv, "--scorer", "majority,random"]) == 0
+    first = json.loads(out.read_text())
+    assert (root / "rerun" / "select.samples.jsonl").is_file()
+    real = rollout_mod.generate_completions
+    calls = []
+    monkeypatch.setattr(rollout_mod, "generate_completions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    assert main_select([*argv, "--scorer", "pum,majority", "--pum", str(pum)]) == 0  # PUM added later: no sampling
+    second = json.loads(out.read_text())
+    assert calls == []
+    texts = [[c["text"] for c in p["candidates"]] for p in first["problems"]]
+    assert [[c["text"] for c in p["candidates"]] for p in second["problems"]] == texts
+    assert [p["picks"]["majority"] for p in second["problems"]] == [p["picks"]["majority"] for p in first["problems"]]
+    assert main_select([*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "4", "--output", str(out),
+                        "--scorer", "random"]) == 0  # fmt: skip
+    assert calls  # another token budget: sampled again
 
 
 def test_select_rejects_bad_arguments(tiny_dirs):
