@@ -422,8 +422,8 @@ class RetrieverServer:
 # Questions
 # --------------------------------------------------------------------------------------------------------------------
 
-# Our wording of the Search-R1 instruction. It deliberately contains no example answer inside <answer> tags: the
-# answer is read from the completion only, and a prompt example must never look like one.
+# Our wording of the Search-R1 instruction. The instruction itself holds no answer inside <answer> tags; the worked
+# example below does, and is harmless: the answer is read from the completion only, never from the prompt.
 SEARCH_PROMPT = (
     "Answer the question. Think inside <think> </think>. To look something up, write <search> query </search> and "
     "the top results will appear inside <information> </information>. You may search several times. When you know "
@@ -433,8 +433,9 @@ SEARCH_PROMPT = (
 
 # One worked episode (a question outside 2Wiki; true facts) shown as an earlier user/assistant exchange when
 # `load_qa_questions(example=True)`: the information blocks are laid out exactly as `SearchEnvironment` writes them.
-# Measured with the untrained default model (SmolLM2-135M-Instruct, temperature 0.7, 96 tokens, 2Wiki dev questions):
-# without it 0 of 8 completions wrote a <search> tag; with it 11 of 16 searched and 5 of 16 wrote <answer>.
+# Measured once with the untrained default model (SmolLM2-135M-Instruct, temperature 0.7, the first 2Wiki dev
+# questions, plain `generate` without the environment): without it 0 of 8 completions (64 tokens) wrote a <search>
+# tag; with it 11 of 16 (96 tokens) searched and 5 of 16 wrote <answer>. The StepGap configs sample at temperature 1.0.
 SEARCH_EXAMPLE_QUESTION = "Who was born first, Albert Einstein or Niels Bohr?"
 SEARCH_EXAMPLE_REPLY = (
     "<search> Albert Einstein born </search>\n<information>Doc 1 (Title: Albert Einstein) Albert Einstein (14 March "

@@ -73,6 +73,7 @@ __all__ = [
     "SamplingParams",
     "TransformersEngine",
     "VLLMEngine",
+    "weights_fingerprint",
     "cut_completion",
     "default_state",
     "derive_seed",
@@ -647,11 +648,11 @@ class TransformersEngine(RolloutEngine):
             model.generation_config = GenerationConfig(
                 bos_token_id=gc.bos_token_id, eos_token_id=gc.eos_token_id, pad_token_id=gc.pad_token_id
             )
-            fingerprint = _fingerprint(source)
+            fingerprint = weights_fingerprint(source)
         else:
             source = model_name_or_path if model_name_or_path != "default" else model.name_or_path or "in-memory"
             self.device = torch.device(device) if device is not None else next(model.parameters()).device
-            fingerprint = _fingerprint(None, model)
+            fingerprint = weights_fingerprint(None, model)
         self.model = model
         self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
         self.eos_ids = eos_token_ids(self.tokenizer, getattr(model, "generation_config", None))
@@ -788,7 +789,9 @@ class VLLMEngine(RolloutEngine):
         if default_state().num_processes > 1:
             llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
         self.llm = LLM(model=source, dtype=str(torch_dtype).removeprefix("torch."), **llm_kwargs)
-        self.model_id = model_id or f"vllm:{source}:{str(torch_dtype).removeprefix('torch.')}:{_fingerprint(source)}"
+        self.model_id = (
+            model_id or f"vllm:{source}:{str(torch_dtype).removeprefix('torch.')}:{weights_fingerprint(source)}"
+        )
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *, seed: int) -> list[Rollout]:
         from vllm import SamplingParams as VSamplingParams
@@ -907,7 +910,7 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
     return names[dtype]
 
 
-def _fingerprint(source, model=None) -> str:
+def weights_fingerprint(source, model=None) -> str:
     """Short hash that changes when the weights change. An in-memory model: its parameters' shapes and sums. A local
     directory: names, sizes and modification times of its weight and config files (a retrained checkpoint written
     to the same path gets new keys). A hub id: "hub" (pin a revision by downloading it to a directory)."""

@@ -7,7 +7,10 @@
 # The PUM comes from train_pum.py (build pairs: launch/build_pum_math.sh; train:
 # accelerate launch train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml).
 set -euo pipefail
+CALLER_DIR=$(pwd)
 cd "$(dirname "$0")/.."
+# a relative path that exists from the caller's directory is taken from there; otherwise from the repository root
+from_caller() { case "$1" in /*) echo "$1" ;; *) if [ -e "$CALLER_DIR/$1" ]; then echo "$CALLER_DIR/$1"; else echo "$1"; fi ;; esac; }
 
 VARIANT=${VARIANT:-outcome_anchored}      # outcome_anchored | process_only | process_adv
 PUM=${PUM:-outputs/pum_gsm8k_smollm2}      # train_pum.py output directory (checkpoint or LoRA adapter + score head)
@@ -22,8 +25,8 @@ case "$VARIANT" in
   process_adv) CONFIG=${CONFIG:-configs/grpo/svamp_smollm2_pum_steps.yaml} ;;
   *) echo "VARIANT must be outcome_anchored, process_only or process_adv, got '$VARIANT'" >&2; exit 2 ;;
 esac
-# a missing local path fails here; an "org/name" whose org is no local directory is taken as a hub id
-if [ ! -e "$PUM" ] && { [[ ! "$PUM" =~ ^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$ ]] || [ -d "${PUM%%/*}" ]; }; then
+PUM=$(from_caller "$PUM"); MODEL=$(from_caller "$MODEL"); CONFIG=$(from_caller "$CONFIG")
+if [ ! -e "$PUM" ]; then  # checked here, before a model loads (a hub PUM: download it to a directory first)
   echo "grpo_pum: no PUM at '$PUM'. Train one first (accelerate launch train_pum.py --config" \
        "configs/pum/train_gsm8k_smollm2.yaml) or set PUM=<train_pum.py output directory>." >&2
   exit 2

@@ -1,25 +1,25 @@
 """The `procrl` command.
 
-    procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
-                                 (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
-                                 e.g. --max_steps 5 --eval_sets svamp:700:720:96)
-    procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
-                                 --all also the Gemma 3 270M student of the PUM-Math builder
-    procrl model path            print the converted default model's directory
-    procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
-                                 PUM-Math preference pairs from student rollouts (data_builders/pum_math.py)
-    procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml
-                                 Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
-    procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
-                                 offline Filtered Reasoning Score of a model on a benchmark (frs.json, frs.png)
-    procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PATH
-                                 best-of-N on a dataset: accuracy table (stdout) and JSON
-    procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp
-                                 PUM-guided step beam search: accuracy table and JSON
-    procrl stepgap-eval --data annotated.jsonl --judge local
-                                 StepGap verifier metrics and stage ablations on an annotated set
-    procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
-                                 Search-R1-style retrieval server (POST /retrieve) over a bm25s index
+procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
+                             (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
+                             e.g. --max_steps 5 --eval_sets svamp:700:720:96)
+procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
+                             --all also the Gemma 3 270M student of the PUM-Math builder
+procrl model path            print the converted default model's directory
+procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
+                             PUM-Math preference pairs from student rollouts (data_builders/pum_math.py)
+procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml
+                             Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
+procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
+                             offline Filtered Reasoning Score of a model on a benchmark (frs.json, frs.png)
+procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PATH
+                             best-of-N on a dataset: accuracy table (stdout) and JSON
+procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp
+                             PUM-guided step beam search: accuracy table and JSON
+procrl stepgap-eval --data annotated.jsonl --judge local
+                             StepGap verifier metrics and stage ablations on an annotated set
+procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
+                             Search-R1-style retrieval server (POST /retrieve) over a bm25s index
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ def print_summary(summary: dict) -> None:
 
     train = summary["train"]
     print()
-    print(f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s")
+    print(
+        f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s"
+    )
     print(f"rewards: {', '.join(train['reward_funcs'])} with weights {train['reward_weights']}")
     if summary["before"] or summary["after"]:
         print()
@@ -100,7 +102,9 @@ def _model(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    parser = argparse.ArgumentParser(prog="procrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="procrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="run the main job (GRPO on SVAMP, outcome + PiCSAR); extra flags override the config")
     model = sub.add_parser("model", help="the embedded default model")

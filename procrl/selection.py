@@ -33,9 +33,11 @@ accuracy and counted (`unparseable_gold`).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import math
+import os
 import random
 import sys
 import time
@@ -146,6 +148,7 @@ class _Setup:
     eos_ids: list[int]
     prompt_ids: list[list[int]]
     device: str
+    model_key: str  # resolved path + fingerprint of the weight files (changes when a checkpoint is rewritten)
 
 
 def _setup(args: argparse.Namespace) -> _Setup:
@@ -153,6 +156,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from procrl.data_builders.datasets import load_math_dataset
+    from procrl.data_builders.rollouts import weights_fingerprint
     from procrl.models import resolve_model
     from procrl.train_grpo import resolve_template
     from procrl.trainers.rollout import eos_token_ids, render_prompts
@@ -167,6 +171,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     rows = [dict(row) for row in dataset]
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model(args.model)
+    model_key = f"{Path(str(path)).resolve() if Path(str(path)).exists() else path}:{weights_fingerprint(path)}"
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
@@ -174,7 +179,7 @@ def _setup(args: argparse.Namespace) -> _Setup:
     eos_ids = eos_token_ids(tokenizer, model.generation_config)
     prompt_ids = render_prompts(tokenizer, [row["prompt"] for row in rows])
     torch.manual_seed(args.seed)
-    return _Setup(rows, model, tokenizer, eos_ids, prompt_ids, device)
+    return _Setup(rows, model, tokenizer, eos_ids, prompt_ids, device, model_key)
 
 
 def _generation_config(args, pad_token_id: int, eos_ids: list[int], max_new_tokens: int):
@@ -264,20 +269,22 @@ def _read_samples(path: Path, key: dict, expected: int) -> tuple[list[list[int]]
     try:
         lines = path.read_text().splitlines()
         if json.loads(lines[0]) != {"settings": key}:
-            logger.info("select: %s holds samples of other settings; sampling again", path)
+            logger.info("select: %s holds samples of other settings (model, data or sampling); sampling again", path)
             return None
         rows = [json.loads(line) for line in lines[1:]]
-    except (OSError, ValueError, IndexError):
+        ids, logps = [list(r["ids"]) for r in rows], [list(r["logps"]) for r in rows]
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
         logger.warning("select: %s is unreadable; sampling again", path)
         return None
-    if len(rows) != expected:
+    if len(ids) != expected or any(len(i) != len(lp) for i, lp in zip(ids, logps, strict=True)):
+        logger.warning("select: %s does not hold %d complete samples; sampling again", path, expected)
         return None
-    return [r["ids"] for r in rows], [r["logps"] for r in rows]
+    return ids, logps
 
 
 def _write_samples(path: Path, key: dict, ids: list[list[int]], logps: list[list[float]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one temporary file per process
     with tmp.open("w") as f:
         f.write(json.dumps({"settings": key}) + "\n")
         for i, lp in zip(ids, logps, strict=True):
@@ -329,7 +336,12 @@ def run_select(args: argparse.Namespace, scorers: list[str]) -> dict:
     config = _generation_config(args, tok.pad_token_id, s.eos_ids, args.max_new_tokens)
     requests = [p for p in s.prompt_ids for _ in range(args.n)]  # problem-major, N consecutive samples each
     samples_path = Path(args.output).with_name(Path(args.output).stem + ".samples.jsonl")
-    samples_key = {k: getattr(args, k) for k in SAMPLE_SETTINGS}
+    samples_key = {
+        **{k: getattr(args, k) for k in SAMPLE_SETTINGS},
+        "model_key": s.model_key,
+        "device": str(s.device),
+        "prompts_sha256": hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest(),
+    }
     cached = _read_samples(samples_path, samples_key, len(requests))
     if cached is not None:
         ids, logps = cached
@@ -344,7 +356,7 @@ def run_select(args: argparse.Namespace, scorers: list[str]) -> dict:
             ids += out.completion_ids
             logps += out.completion_logps
         _write_samples(samples_path, samples_key, ids, logps)
-    t_gen = time.perf_counter() - t0
+    t_gen = time.perf_counter() - t0  # model loading included; with cached samples, loading and reading only
     texts = tok.batch_decode(ids, skip_special_tokens=True)
 
     def group(values: list) -> list[list]:
@@ -399,6 +411,7 @@ def run_select(args: argparse.Namespace, scorers: list[str]) -> dict:
         "results": results,
         "summary": summary,
         "wall_time_s": {"generation": t_gen, "total": time.perf_counter() - t0},
+        "samples": {"path": str(samples_path), "from_cache": cached is not None},
         "problems": [
             {
                 "problem_id": row["problem_id"],

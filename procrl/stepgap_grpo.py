@@ -50,6 +50,9 @@ MATH_ONLY_DATASETS = ("svamp", "gsm8k", "math500")
 MATH_ONLY_REWARDS = ("outcome", "picsar_bonus")
 
 
+SEARCH_TEMPLATES = ("search_one_shot", "one_shot", "search", "zero_shot")  # prompt_template names of task=search
+
+
 @dataclass
 class SearchTaskArguments:
     """Settings of `task: search` (StepGap GRPO); `GRPOScriptArguments` inherits them. Ignored for `task: math`."""

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from procrl.stepgap_grpo import SearchTaskArguments
+from procrl.stepgap_grpo import SEARCH_TEMPLATES, SearchTaskArguments
 from procrl.trainers.callbacks import FRSArguments
 from procrl.utils import default_wandb_offline, get_logger, json_safe
 
@@ -97,6 +97,12 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"task={self.task!r} must be one of {TASKS} (e.g. task: search for StepGap)")
+        if self.task == "search" and "{question}" not in self.prompt_template:
+            if self.prompt_template not in SEARCH_TEMPLATES:
+                raise ValueError(
+                    f"task=search: prompt_template={self.prompt_template!r} is not one of {SEARCH_TEMPLATES} and has "
+                    "no {question} placeholder; use search_one_shot (the StepGap configs' default) or a template."
+                )
         for spec in self.eval_sets:
             parse_eval_set(spec)
         if self.eval_batch_size < 1:
@@ -220,6 +226,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
     from procrl.models import resolve_model
     from procrl.reporting import plot_curves
     from procrl.rewards.outcome import outcome_reward
+    from procrl.rewards.pum_rewards import PUMHolder
     from procrl.trainers.evaluation import evaluate
     from procrl.trainers.grpo import ProcessGRPOTrainer
 
@@ -282,7 +289,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
     for func in [*reward_funcs, trainer_kwargs.get("step_reward_func")]:
         if hasattr(func, "bind_policy"):
             func.bind_policy(model, tokenizer)
-        if hasattr(func, "pum"):
+        if isinstance(func, PUMHolder):
             func.pum  # noqa: B018 - load the PUM now: a bad pum_model fails before evaluation and training, not after
 
     def run_eval(stage: str) -> list[dict]:

@@ -207,8 +207,9 @@ Reply with only a JSON object of this form, nothing else:
 {"faithfulness": <1-5>, "utility": <1-5>, "coherence": <1-5>, "factuality": <1-5>}"""
 
 
-# Repeated at the end of the user message: measured on 12 traces with the 135M default judge, the rubric alone gave
-# 0 of 4 valid JSON replies (it answered in prose), the rubric plus this closing line 4 of 12.
+# Repeated at the end of the user message. Probed once with the 135M default judge on traces of a GRPO run: the rubric
+# alone gave no valid JSON reply on the 4 traces tried (it answered in prose); with this closing line, 4 of 12 traces
+# got valid JSON. A small judge stays unreliable: FRS drops and counts the unscored traces.
 REPLY_FORMAT = (
     "Reply with only this JSON object, filled in with integers from 1 to 5:\n"
     '{"faithfulness": _, "utility": _, "coherence": _, "factuality": _}'

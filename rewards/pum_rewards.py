@@ -44,7 +44,15 @@ from procrl.utils import check_reward_length, completion_to_text, get_logger, pr
 
 logger = get_logger(__name__)
 
-__all__ = ["MODES", "PUMReward", "PUMStepRewards", "get_pum_reward", "get_pum_step_rewards", "problem_texts"]
+__all__ = [
+    "MODES",
+    "PUMHolder",
+    "PUMReward",
+    "PUMStepRewards",
+    "get_pum_reward",
+    "get_pum_step_rewards",
+    "problem_texts",
+]
 
 MODES = ("full", "min", "last")
 
@@ -72,7 +80,7 @@ def problem_texts(name: str, prompts: Sequence[Any], question: Sequence[str] | N
     return [prompt_to_text(p) for p in prompts]
 
 
-class _PUMHolder:
+class PUMHolder:
     """Shared loading and pickling: a PUM given by path is loaded on first use and reloaded after unpickling."""
 
     def __init__(self, model: str | Path | PrefixUtilityModel, device: str | None = None, batch_size: int = 16):
@@ -102,7 +110,7 @@ class _PUMHolder:
         return state
 
 
-class PUMReward(_PUMHolder):
+class PUMReward(PUMHolder):
     """TRL reward function: the PUM's utility of each completion (see the module docstring for the modes).
 
     Args:
@@ -158,7 +166,7 @@ class PUMReward(_PUMHolder):
         return check_reward_length(self.__name__, values, n)
 
 
-class PUMStepRewards(_PUMHolder):
+class PUMStepRewards(PUMHolder):
     """Step scorer for process advantages: r_k = U(x, p_k) - U(x, p_{k-1}), U(x, p_0) = U(x, ∅).
 
     Each completion's steps and token boundaries come from its sampled ids with

@@ -214,3 +214,10 @@ def test_launch_script_variables():
     )
     bad = _script(SHAPING="maybe")
     assert bad.returncode == 2 and "SHAPING must be on or off" in bad.stderr
+
+
+def test_unknown_search_prompt_template_is_refused_at_parse_time(tmp_path):
+    with pytest.raises(ValueError, match="search_one_shot"):
+        make_parser().parse_args_and_config(
+            args=["--config", str(MAIN_CONFIG), "--prompt_template", "search_oneshot", "--output_dir", str(tmp_path)]
+        )

@@ -3,6 +3,7 @@ both commands end to end on a tiny random policy + tiny random PUM over 2 SVAMP 
 
 import json
 import math
+import os
 
 import pytest
 
@@ -112,6 +113,12 @@ def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dir
     assert main_select([*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "4", "--output", str(out),
                         "--scorer", "random"]) == 0  # fmt: skip
     assert calls  # another token budget: sampled again
+    calls.clear()
+    weights = next(policy.glob("*.safetensors"))
+    os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # a rewritten checkpoint
+    assert main_select([*argv, "--scorer", "random"]) == 0
+    assert calls  # same settings, but the weights changed: sampled again
+    assert json.loads(out.read_text())["samples"]["from_cache"] is False
 
 
 def test_select_rejects_bad_arguments(tiny_dirs):
