@@ -155,7 +155,8 @@ class PUMMathConfig:
     replication_seed: int | None = field(
         default=None,
         metadata={
-            "help": "If set, re-estimate every kept pair's solve rates with fresh rollouts under this seed and report the fraction whose order replicates."
+            "help": "If set, re-estimate every kept pair's solve rates with fresh rollouts under this seed and report the "
+            "fraction whose order replicates (in stats.json, rewritten after the pairs are written and checked)."
         },
     )
     engine: str = field(
@@ -851,12 +852,17 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         **result["stats"],
     }
     dataset = None
-    if config.replication_seed is not None:
-        stats["replication"] = replicate(config, problem_map, prefixes, result, state=state, engines=engines)
     stats["wall_time_s"] = round(time.time() - start_time, 1)
-    if state.is_main_process:
+    if state.is_main_process:  # the pairs are usable (e.g. by train_pum.py) while the replication check runs
         dataset = write_outputs(config, result, stats)
     state.wait_for_everyone()
+    if config.replication_seed is not None:
+        logger.info("pairs written to %s; replication check (seed %d) next", config.output_dir, config.replication_seed)
+        stats["replication"] = replicate(config, problem_map, prefixes, result, state=state, engines=engines)
+        stats["wall_time_s_with_replication"] = round(time.time() - start_time, 1)
+        if state.is_main_process:
+            (Path(config.output_dir) / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False))
+            logger.info("replication: %s", json.dumps(stats["replication"]))
     return dataset, stats
 
 

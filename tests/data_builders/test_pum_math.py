@@ -312,6 +312,7 @@ def test_replication_reestimates_prefixes_only_and_can_fail(tmp_path, smollm2_to
     rep = stats["replication"]
     assert rep["vertical"] == {"pairs": 2, "replicated": 1, "replicated_frac": 0.5, "tied_frac": 0.0}
     assert rep["all"] == {"pairs": 2, "replicated_frac": 0.5}
+    assert json.loads((Path(config.output_dir) / "stats.json").read_text())["replication"] == rep  # on disk too
     # main run: 3 prefixes x 4 + 8 bare rows per student; replication: the 3 prefixes x 4 only (no bare rollouts)
     assert engines["A"].rows == [3 * 4 + 8, 3 * 4] and engines["B"].rows == [3 * 4 + 8, 3 * 4]
 
