@@ -388,7 +388,8 @@ def run_select(args: argparse.Namespace, scorers: list[str]) -> dict:
 
             picsar = PiCSARScorer(model=s.model, tokenizer=tok, normalize="sum", batch_size=args.batch_size)
             values = []
-            for row, t_row, i_row, l_row in zip(s.dataset, texts_g, ids_g, logps_g, strict=True):
+            rows = zip(s.dataset, texts_g, ids_g, logps_g, strict=True)
+            for row, t_row, i_row, l_row in tqdm(rows, total=len(s.dataset), desc="picsar", disable=args.no_progress):
                 result = picsar.score([row["prompt"]] * args.n, t_row, i_row, l_row)
                 values.append([None if r is None else r.sum for r in result])
             scores[scorer] = values
