@@ -15,7 +15,7 @@ if [ "$NPROC" -gt 1 ]; then
   if "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     exec "$PY" -m accelerate.commands.launch --num_processes "$NPROC" -m procrl.data_builders.pum_math --config "$CONFIG" "$@"
   else
-    ACCELERATE_USE_CPU=True exec "$PY" -m torch.distributed.run --nproc_per_node "$NPROC" -m procrl.data_builders.pum_math --config "$CONFIG" "$@"
+    ACCELERATE_USE_CPU=True exec "$PY" -m torch.distributed.run --nproc_per_node "$NPROC" -m procrl.data_builders.pum_math -- --config "$CONFIG" "$@"
   fi
 fi
 exec "$PY" -m procrl.data_builders.pum_math --config "$CONFIG" "$@"

@@ -40,7 +40,7 @@ if [ "$NPROC" -gt 1 ]; then
   if "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
     exec "$PY" -m accelerate.commands.launch --num_processes "$NPROC" train_grpo.py "${args[@]}" "$@"
   else
-    ACCELERATE_USE_CPU=True exec "$PY" -m torch.distributed.run --nproc_per_node "$NPROC" train_grpo.py "${args[@]}" "$@"
+    ACCELERATE_USE_CPU=True exec "$PY" -m torch.distributed.run --nproc_per_node "$NPROC" train_grpo.py -- "${args[@]}" "$@"
   fi
 fi
 exec "$PY" train_grpo.py "${args[@]}" "$@"

@@ -101,3 +101,47 @@ def test_launch_script_refuses_a_missing_pum(tmp_path):
     proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "Train one first" in proc.stderr
+
+
+SHIM = """#!/usr/bin/env bash
+# stands in for python: no CUDA for the scripts' check, and the command it would run, one argument a line
+if [ "$1" = "-c" ]; then exit 1; fi
+printf '%s\\n' "$@" > "$SHIM_OUT"
+"""
+
+
+@pytest.mark.parametrize(
+    "script, entry, env",
+    [
+        ("grpo_pum.sh", "train_grpo.py", {"PUM": "."}),
+        ("build_pum_math.sh", "procrl.data_builders.pum_math", {}),
+    ],
+)
+def test_cpu_ranks_pass_flags_after_a_double_dash(script, entry, env, tmp_path):
+    """With NPROC > 1 on CPU the scripts run torchrun with "--" before the script's own flags: without it torchrun
+    reads an abbreviation such as the builder's --start as its own --start-method and stops."""
+    shim = tmp_path / "python"
+    shim.write_text(SHIM)
+    shim.chmod(0o755)
+    env = {**os.environ, **env, "NPROC": "2", "PYTHON": str(shim), "SHIM_OUT": str(tmp_path / "argv")}
+    proc = subprocess.run(["bash", str(ROOT / "launch" / script), "--start", "8"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv[:4] == ["-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    after = argv[argv.index(entry) + 1 :]
+    assert after[0] == "--" and after[1] == "--config" and after[-2:] == ["--start", "8"]
+
+
+def test_torchrun_passes_flags_after_a_double_dash_to_the_module(tmp_path):
+    """The behaviour the scripts rely on: torchrun drops the "--" and hands the rest to the module unchanged."""
+    (tmp_path / "print_argv.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_port", "29537"]
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    proc = subprocess.run([*torchrun, "-m", "print_argv", "--", "--start", "8", "--end", "9"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["--start", "8", "--end", "9"]
+    bare = subprocess.run([*torchrun, "-m", "print_argv", "--start", "8"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert bare.returncode != 0 and "--start" in bare.stderr  # why the "--" is there
