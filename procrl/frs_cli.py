@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from procrl.utils import get_logger
+from procrl.utils import add_generation_cli_args, get_logger
 
 logger = get_logger(__name__)
 
@@ -37,13 +37,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="procrl frs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--model", default="default", help="model name or path ('default' = embedded SmolLM2-135M)")
-    parser.add_argument("--dataset", default="gsm8k", help="gsm8k, svamp, math500, or a local/hub data set")
-    parser.add_argument("--split", default=None, help="split of a non-built-in data set")
-    parser.add_argument("--start", type=int, default=0, help="first problem (0-based)")
-    parser.add_argument("--end", type=int, default=50, help="end problem (exclusive); -1 = all")
-    parser.add_argument(
-        "--prompt-template", default="one_shot", help="'one_shot', 'zero_shot' or a {question} template"
+    add_generation_cli_args(
+        parser,
+        dataset="gsm8k",
+        end=50,
+        unit="trace",
+        batch_help="traces per generate call",
+        seed_help="sampling seed and FRS hash seed",
     )
     parser.add_argument("--n", type=int, default=16, help="traces per problem")
     parser.add_argument("--k", type=float, default=10, help="K of the headline FRS (top K%% most confident traces)")
@@ -72,15 +72,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--random-baseline", choices=["sample", "mean"], default="sample",
         help="selection gain's RS(random): one seeded random trace, or the mean over the question's traces",
     )  # fmt: skip
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0 = off)")
     parser.add_argument("--top-k", type=int, default=0, help="top-k sampling (0 = off)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="generation budget per trace (tokens)")
-    parser.add_argument("--batch-size", type=int, default=32, help="traces per generate call")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed and FRS hash seed")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--output-dir", default="outputs/frs", help="where frs.json and frs.png go")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return parser
 
 

@@ -120,23 +120,17 @@ def select_random(n: int, seed: int, key: str) -> int:
 
 
 def _common_parser(prog: str, doc: str) -> argparse.ArgumentParser:
+    from procrl.utils import add_generation_cli_args
+
     parser = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="default", help="policy name or path ('default' = embedded SmolLM2-135M)")
-    parser.add_argument("--dataset", default="svamp", help="gsm8k, svamp, math500, or a local/hub data set")
-    parser.add_argument("--split", default=None, help="split of a non-built-in data set")
-    parser.add_argument("--start", type=int, default=0, help="first problem (0-based)")
-    parser.add_argument("--end", type=int, default=100, help="end problem (exclusive); -1 = all")
-    parser.add_argument(
-        "--prompt-template", default="one_shot", help="'one_shot', 'zero_shot' or a {question} template"
+    add_generation_cli_args(
+        parser,
+        dataset="svamp",
+        end=100,
+        batch_help="sequences per generate / scoring call",
+        seed_help="sampling seed and random-selection seed",
     )
     parser.add_argument("--pum", default=None, help="PUM checkpoint directory (train_pum.py output); needed for pum")
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0 = off)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help="token budget of one completion")
-    parser.add_argument("--batch-size", type=int, default=32, help="sequences per generate / scoring call")
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed and random-selection seed")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     return parser
 
 

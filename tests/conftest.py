@@ -84,3 +84,10 @@ def tiny_llama_factory():
 def tiny_llama(smollm2_tokenizer):
     """A tiny random Llama over the real SmolLM2 vocabulary."""
     return make_tiny_llama(len(smollm2_tokenizer))
+
+
+@pytest.fixture()
+def tokenizer(smollm2_tokenizer):
+    """The SmolLM2 tokenizer with left padding, as GRPO generation pads prompts (the trainer tests)."""
+    smollm2_tokenizer.padding_side = "left"
+    return smollm2_tokenizer

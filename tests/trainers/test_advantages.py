@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
+from grpo_helpers import grpo_config
 
 from procrl.rewards.outcome import extract_answer, outcome_reward
 from procrl.rewards.steps import token_steps
@@ -28,7 +29,7 @@ from procrl.trainers.advantages import (
     process_advantages,
     token_advantages,
 )
-from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
+from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.rollout import render_prompts
 from procrl.utils import completion_to_text
 
@@ -238,23 +239,12 @@ def _inputs(num_generations=4, questions=QUESTIONS):
     ]
 
 
-def _config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=32,
-        max_steps=1,
-        learning_rate=1e-2,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-        shuffle_dataset=False,
-    )
-    values.update(overrides)
-    return ProcessGRPOConfig(**values)
+def _config(output_dir, **overrides):
+    return grpo_config(
+        output_dir,
+        **{"per_device_train_batch_size": 8, "max_completion_length": 32, "temperature": 1.0, "shuffle_dataset": False,
+           **overrides},
+    )  # fmt: skip
 
 
 def _trainer(tmp_path, model, tokenizer, reward_funcs, step_reward_func=None, texts=TEXTS, **config):
@@ -269,12 +259,6 @@ def _trainer(tmp_path, model, tokenizer, reward_funcs, step_reward_func=None, te
     )
     trainer.model.train()  # `_generate_and_score_completions` reads train/eval mode from the model
     return trainer
-
-
-@pytest.fixture()
-def tokenizer(smollm2_tokenizer):
-    smollm2_tokenizer.padding_side = "left"
-    return smollm2_tokenizer
 
 
 def _expected_process(step_rewards, num_generations, num_tokens):
@@ -439,7 +423,9 @@ def _rank_advantages(out_dir, tokenizer, model, per_device):
 
 
 def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny_llama):
-    env = {**os.environ, "ACCELERATE_USE_CPU": "True", "OMP_NUM_THREADS": "1"}
+    tests_dir = str(Path(__file__).resolve().parent.parent)  # grpo_helpers and conftest, for the script's imports
+    pythonpath = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "ACCELERATE_USE_CPU": "True", "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run(
         [str(torchrun), "--nproc_per_node", "2", __file__, str(tmp_path / "ranks")],
@@ -463,8 +449,7 @@ def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny
 
 
 if __name__ == "__main__":  # one rank of the two-process test (see the module docstring)
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/, for conftest's model factory
-    from conftest import make_tiny_llama
+    from conftest import make_tiny_llama  # tests/ is on PYTHONPATH (see the test above)
     from transformers import AutoTokenizer
 
     from procrl.models import resolve_model

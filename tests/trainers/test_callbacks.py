@@ -10,6 +10,7 @@ import types
 import pytest
 import torch
 from datasets import Dataset
+from grpo_helpers import grpo_config
 
 from procrl.logprobs import sequence_logps
 from procrl.rewards.frs import ReasoningJudgement, Trace, tail_confidence_from_logps
@@ -17,7 +18,7 @@ from procrl.rewards.judges import Judge, JudgeResult
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers import callbacks as callbacks_module
 from procrl.trainers.callbacks import FRSArguments, FRSCallback, add_frs_callback, generate_traces
-from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
+from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.rollout import render_prompts
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"), ("What is 1 + 1?", "2")]
@@ -29,25 +30,6 @@ def _dataset():
         for i, (q, a) in enumerate(QUESTIONS)
     ]
     return Dataset.from_list(rows)
-
-
-def _config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        learning_rate=1e-2,
-        temperature=0.7,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-    )
-    values.update(overrides)
-    return ProcessGRPOConfig(**values)
 
 
 class ConstantJudge(Judge):
@@ -76,17 +58,11 @@ class ConstantJudge(Judge):
                 finish(j, JudgeResult(value=None, unscored="timeout", raw=None, attempts=4))
 
 
-@pytest.fixture()
-def tokenizer(smollm2_tokenizer):
-    smollm2_tokenizer.padding_side = "left"
-    return smollm2_tokenizer
-
-
 def _trainer(tmp_path, model, tokenizer, **config):
     return ProcessGRPOTrainer(
         model=model,
         reward_funcs=[outcome_reward],
-        args=_config(tmp_path, **config),
+        args=grpo_config(tmp_path, **{"max_steps": 2, **config}),
         train_dataset=_dataset(),
         processing_class=tokenizer,
     )

@@ -5,11 +5,12 @@ import math
 import pytest
 import torch
 from datasets import Dataset
+from grpo_helpers import grpo_config
 
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.rewards.picsar import get_picsar_bonus
-from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer, pearson
+from procrl.trainers.grpo import ProcessGRPOTrainer, pearson
 from procrl.trainers.rollout import ProcessRollout, render_prompts
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
@@ -20,31 +21,6 @@ def _dataset(n_repeat=2):
     return Dataset.from_list(rows)
 
 
-def _config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path),
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=1,
-        learning_rate=1e-2,
-        temperature=0.7,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=0,
-    )
-    values.update(overrides)
-    return ProcessGRPOConfig(**values)
-
-
-@pytest.fixture()
-def tokenizer(smollm2_tokenizer):
-    smollm2_tokenizer.padding_side = "left"
-    return smollm2_tokenizer
-
-
 def reads_completion_logps(completions, completion_logps, **kwargs):
     """A reward that fails loudly unless the rollout's raw log-probs arrive, one row per completion."""
     assert len(completion_logps) == len(completions)
@@ -52,24 +28,29 @@ def reads_completion_logps(completions, completion_logps, **kwargs):
 
 
 def test_config_defaults_work_on_cpu(tmp_path):
-    config = _config(tmp_path)
+    config = grpo_config(tmp_path)
     assert config.bf16 is False  # TRL would resolve None to True and then raise on a CPU-only machine
     assert config.multi_objective_aggregation == "normalize_then_sum"
     with pytest.raises(ValueError, match="bf16"):  # an explicit value is left to transformers' own check
-        _config(tmp_path, bf16=True)
+        grpo_config(tmp_path, bf16=True)
 
 
 def test_vllm_and_tools_are_refused_at_construction(tmp_path, tiny_llama, tokenizer):
     with pytest.raises(NotImplementedError, match="vLLM"):
-        ProcessGRPOTrainer(model=tiny_llama, reward_funcs=[outcome_reward], args=_config(tmp_path, use_vllm=True),
-                           train_dataset=_dataset(), processing_class=tokenizer)
+        ProcessGRPOTrainer(
+            model=tiny_llama,
+            reward_funcs=[outcome_reward],
+            args=grpo_config(tmp_path, use_vllm=True),
+            train_dataset=_dataset(),
+            processing_class=tokenizer,
+        )
 
 
 def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama, tokenizer):
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward, reads_completion_logps],
-        args=_config(tmp_path, reward_weights=[1.0, 0.1]),
+        args=grpo_config(tmp_path, reward_weights=[1.0, 0.1]),
         train_dataset=_dataset(),
         processing_class=tokenizer,
     )
@@ -78,7 +59,12 @@ def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama,
     changed = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     assert changed, "no parameter changed after one GRPO step"
     logs = trainer.state.log_history[0]
-    for key in ("task/accuracy", "hacking/truncated_frac", "hacking/reward_minus_accuracy", "rewards/outcome_reward/mean"):
+    for key in (
+        "task/accuracy",
+        "hacking/truncated_frac",
+        "hacking/reward_minus_accuracy",
+        "rewards/outcome_reward/mean",
+    ):
         assert key in logs, key
 
 
@@ -87,7 +73,7 @@ def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward],
-        args=_config(tmp_path),
+        args=grpo_config(tmp_path),
         train_dataset=_dataset(),
         processing_class=tokenizer,
     )
@@ -111,7 +97,7 @@ def test_no_extra_policy_forward_for_completion_logps(tmp_path, tiny_llama, toke
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward, bonus_func],
-        args=_config(tmp_path),
+        args=grpo_config(tmp_path),
         train_dataset=_dataset(),
         processing_class=tokenizer,
     )
@@ -140,7 +126,7 @@ def test_rollout_logps_match_a_separate_forward_and_trl(tmp_path, tiny_llama, to
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward],
-        args=_config(tmp_path, max_completion_length=12),
+        args=grpo_config(tmp_path, max_completion_length=12),
         train_dataset=_dataset(),
         processing_class=tokenizer,
     )
@@ -156,7 +142,9 @@ def test_rollout_logps_match_a_separate_forward_and_trl(tmp_path, tiny_llama, to
     for got, want in zip(out["completion_logps"], separate, strict=True):
         assert got == pytest.approx(want, abs=1e-4)
     # the sampling-temperature log-probs equal what TRL's loss computes: importance ratios are 1 at step 0
-    for prompt_ids, completion_ids, logprobs in zip(out["prompt_ids"], out["completion_ids"], out["logprobs"], strict=True):
+    for prompt_ids, completion_ids, logprobs in zip(
+        out["prompt_ids"], out["completion_ids"], out["logprobs"], strict=True
+    ):
         ids = torch.tensor([prompt_ids + completion_ids])
         trl_logps, _, _ = trainer._get_per_token_logps_and_entropies(
             trainer.model, ids, torch.ones_like(ids), len(completion_ids), batch_size=1
@@ -221,12 +209,20 @@ def completion_tokens(completion_ids, **kwargs):
 )
 def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, tokenizer, reward_funcs, weights):
     # answers: rows 0-3 -> "5", rows 4-7 -> "8" (TRL repeats each prompt num_generations times)
-    texts = ["The answer is 5", "The answer is 5", "The answer is 7", "no idea",
-             "The answer is 8", "The answer is 1", "The answer is 2", "The answer is 3"]  # 3 of 8 correct
+    texts = [
+        "The answer is 5",
+        "The answer is 5",
+        "The answer is 7",
+        "no idea",
+        "The answer is 8",
+        "The answer is 1",
+        "The answer is 2",
+        "The answer is 3",
+    ]  # 3 of 8 correct
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=reward_funcs,
-        args=_config(tmp_path, reward_weights=weights, per_device_train_batch_size=8, shuffle_dataset=False),
+        args=grpo_config(tmp_path, reward_weights=weights, per_device_train_batch_size=8, shuffle_dataset=False),
         train_dataset=_dataset(n_repeat=1),
         processing_class=tokenizer,
         rollout_func=FixedRollout(texts),
@@ -241,12 +237,20 @@ def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, to
 
 
 def test_bonus_length_correlation_is_logged(tmp_path, tiny_llama, tokenizer):
-    texts = ["The answer is 5", "5", "It is 5. The answer is 5", "The answer is 7",
-             "8", "The answer is 8", "so", "Four and four. The answer is 8"]
+    texts = [
+        "The answer is 5",
+        "5",
+        "It is 5. The answer is 5",
+        "The answer is 7",
+        "8",
+        "The answer is 8",
+        "so",
+        "Four and four. The answer is 8",
+    ]
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward, completion_tokens],  # a "bonus" equal to the length: correlation exactly 1
-        args=_config(tmp_path, reward_weights=[1.0, 0.1], per_device_train_batch_size=8, shuffle_dataset=False),
+        args=grpo_config(tmp_path, reward_weights=[1.0, 0.1], per_device_train_batch_size=8, shuffle_dataset=False),
         train_dataset=_dataset(n_repeat=1),
         processing_class=tokenizer,
         rollout_func=FixedRollout(texts),
@@ -257,13 +261,20 @@ def test_bonus_length_correlation_is_logged(tmp_path, tiny_llama, tokenizer):
 
 def test_bonus_cannot_dominate_an_all_wrong_group(tmp_path, tiny_llama, tokenizer):
     # group 0 (gold 5): all wrong, different reasonings; group 1 (gold 8): exactly one correct
-    texts = ["The answer is 3", "I add them. The answer is 4", "Two plus three is six. The answer is 6",
-             "The answer is 7", "The answer is 8", "The answer is 1", "So 4 and 4. The answer is 2",
-             "The answer is 3"]
+    texts = [
+        "The answer is 3",
+        "I add them. The answer is 4",
+        "Two plus three is six. The answer is 6",
+        "The answer is 7",
+        "The answer is 8",
+        "The answer is 1",
+        "So 4 and 4. The answer is 2",
+        "The answer is 3",
+    ]
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward, get_picsar_bonus()],
-        args=_config(tmp_path, reward_weights=[1.0, 0.1], per_device_train_batch_size=8, shuffle_dataset=False),
+        args=grpo_config(tmp_path, reward_weights=[1.0, 0.1], per_device_train_batch_size=8, shuffle_dataset=False),
         train_dataset=_dataset(n_repeat=1),
         processing_class=tokenizer,
         rollout_func=FixedRollout(texts),
@@ -272,7 +283,9 @@ def test_bonus_cannot_dominate_an_all_wrong_group(tmp_path, tiny_llama, tokenize
     advantages = trainer._generate_and_score_completions(inputs)["advantages"]
     bonus = trainer.reward_funcs[1]
     logps = FixedRollout(texts)([x["prompt"] for x in inputs], trainer)["completion_logps"]  # same seed: same values
-    scores = bonus(prompts=[x["prompt"] for x in inputs], completions=texts, completion_ids=None, completion_logps=logps)
+    scores = bonus(
+        prompts=[x["prompt"] for x in inputs], completions=texts, completion_ids=None, completion_logps=logps
+    )
     assert len(set(round(s, 6) for s in scores[:4])) == 4  # the bonus really varies inside the all-wrong group
     all_wrong = advantages[:4].abs().max().item()
     correct = advantages[4].item()
