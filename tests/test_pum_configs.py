@@ -20,9 +20,9 @@ def test_build_config_parses(path):
 
     from procrl.data_builders.pum_math import make_parser
 
+    # parsing raises on a field the dataclass lacks, and __post_init__ on invalid values
     (config,) = make_parser().parse_args_and_config(["--config", str(path)])
-    assert config.output_dir == yaml.safe_load(path.read_text())["output_dir"]
-    assert len(config.students) == len(config.student_max_new_tokens)
+    assert config.output_dir == yaml.safe_load(path.read_text())["output_dir"]  # the file, not the defaults
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: p.name)
@@ -35,5 +35,4 @@ def test_train_config_parses(path, tmp_path):
     script_args, training_args, model_args = make_parser().parse_args_and_config(
         ["--config", str(path), "--output_dir", str(tmp_path / "out")]
     )
-    assert script_args.dataset_name == yaml.safe_load(path.read_text())["dataset_name"]
-    assert training_args.output_dir == str(tmp_path / "out")
+    assert script_args.dataset_name == yaml.safe_load(path.read_text())["dataset_name"]  # the file, not the defaults

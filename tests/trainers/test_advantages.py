@@ -2,7 +2,7 @@
 `ProcessGRPOTrainer(advantage_mode=process|mixed)` against TRL's own outcome advantages on the same batch.
 
 Run as a script under torchrun (two CPU ranks), this file writes each rank's advantages for the multi-rank test:
-`ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2 tests/trainers/test_advantages.py OUT_DIR`.
+`PYTHONPATH=tests/helpers ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2 tests/trainers/test_advantages.py OUT_DIR`.
 """
 
 import json
@@ -423,8 +423,8 @@ def _rank_advantages(out_dir, tokenizer, model, per_device):
 
 
 def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny_llama):
-    tests_dir = str(Path(__file__).resolve().parent.parent)  # grpo_helpers and conftest, for the script's imports
-    pythonpath = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH")) if p)
+    helpers = str(Path(__file__).resolve().parent.parent / "helpers")  # grpo_helpers, tiny_models for the script
+    pythonpath = os.pathsep.join(p for p in (helpers, os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "ACCELERATE_USE_CPU": "True", "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run(
@@ -449,7 +449,7 @@ def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny
 
 
 if __name__ == "__main__":  # one rank of the two-process test (see the module docstring)
-    from conftest import make_tiny_llama  # tests/ is on PYTHONPATH (see the test above)
+    from tiny_models import make_tiny_llama  # tests/helpers is on PYTHONPATH (see the test above)
     from transformers import AutoTokenizer
 
     from procrl.models import resolve_model

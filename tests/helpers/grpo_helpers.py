@@ -1,4 +1,5 @@
-"""The small GRPO settings the trainer tests share (importable: pyproject adds tests/ to pytest's pythonpath)."""
+"""The small GRPO settings the trainer tests share (importable: pyproject adds tests/helpers to pytest's
+pythonpath)."""
 
 from __future__ import annotations
 
