@@ -354,16 +354,18 @@ def test_real_engine_on_a_tiny_model(tmp_path, tiny_model_dir):
         dataset="gsm8k", start=0, end=2, output_dir=str(tmp_path / "out"), trajectory_source="both",
         policy_model=tiny_model_dir, n_trajectories=2, max_trajectory_tokens=12,
         students=[tiny_model_dir], student_templates=["chat"], student_max_new_tokens=[6],
-        n_rollouts=2, n_rollouts_bare=2, engine="transformers", batch_size=8, shard_size=16,
+        n_rollouts=8, n_rollouts_bare=2, engine="transformers", batch_size=16, shard_size=32,
     )  # fmt: skip
     dataset, stats = pm.build_pum_math(config)
     n_traj = sum(stats["trajectories"].values())
     assert stats["trajectories"]["reference"] == 2 and n_traj >= 3
-    assert stats["rollouts"]["total"] == stats["prefixes"] * 2 + 2 * 2
+    assert stats["rollouts"]["total"] == stats["prefixes"] * 8 + 2 * 2
     assert stats["rollouts"]["generated_this_run"] == stats["rollouts"]["total"] + 2 * 2  # + the 4 trajectories
     assert stats["tokens_generated"] > 0
     # A random model never writes "The answer is N" itself, so a rollout can only verify when its prefix already
-    # ends with the right answer (a full reference solution; random digits glued to "3." can still spoil it).
+    # ends with the right answer (a full reference solution). About a third of the random continuations start without
+    # a space and glue to it ("18.inatealent" does not verify): with 2 rollouts per prefix all 4 of the two full
+    # solutions' rollouts were glued in about 1 run in 20 (CI stop 10); with 8 each, (1/3)**16 < 1e-7.
     from procrl.rewards.outcome import is_correct
 
     gold = {"gsm8k/test/0": "18", "gsm8k/test/1": "3"}
