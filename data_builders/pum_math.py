@@ -1080,7 +1080,10 @@ def plot_gains(result: dict, config: PUMMathConfig, path: Path) -> None:
     axes[1].set_xlabel("|ΔG| of kept pairs (normalised gain units)")
     axes[1].set_ylabel("pairs")
     axes[1].set_title("Kept pairs per type")
-    axes[1].legend(fontsize=8)
+    if result["rows"]:
+        axes[1].legend(fontsize=8)
+    else:
+        axes[1].text(0.5, 0.5, "no pair kept (see stats.json)", ha="center", va="center", transform=axes[1].transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

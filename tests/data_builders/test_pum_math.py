@@ -462,3 +462,13 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
     assert any(
         json.loads(line)["successes"] != [0] for line in (reference_out / "prefixes.jsonl").read_text().splitlines()
     )
+
+
+def test_gain_plot_without_pairs_warns_nothing(tmp_path):
+    import warnings
+
+    config = pm.PUMMathConfig(dataset="gsm8k", output_dir=str(tmp_path), students=["a"], student_templates=["chat"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib warns "No artists with labels" for a legend of nothing
+        pm.plot_gains({"raw_gains": {0: [0.0, 0.0]}, "rows": []}, config, tmp_path / "gains.png")
+    assert (tmp_path / "gains.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
