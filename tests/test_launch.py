@@ -73,7 +73,7 @@ def test_accelerate_launch(tmp_path, tiny_model_dir):
 
 def test_two_cpu_ranks_with_torchrun(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
-    _run([str(BIN / "torchrun"), "--nproc_per_node", "2", "train_grpo.py", *_flags(tiny_model_dir, out)],
+    _run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "train_grpo.py", *_flags(tiny_model_dir, out)],
          tmp_path, ACCELERATE_USE_CPU="True")
     assert _summary(out)["world_size"] == 2
 

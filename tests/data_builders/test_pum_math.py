@@ -380,7 +380,7 @@ def test_real_engine_on_a_tiny_model(tmp_path, tiny_model_dir):
 
 RESUME_SCRIPT = textwrap.dedent(
     """
-    import sys
+    import os, sys, time
     from procrl.data_builders import pum_math as pm
     from procrl.data_builders.rollouts import Rollout, RolloutEngine, TransformersEngine
 
@@ -395,6 +395,7 @@ RESUME_SCRIPT = textwrap.dedent(
         def cache_key(self):
             return "judged-" + self.inner.cache_key()
         def generate(self, prompt_ids, params, *, seed):
+            time.sleep(float(os.environ.get("SHARD_DELAY_S", "0")))  # the killed run: slow enough to be killed
             out = []
             for r in self.inner.generate(prompt_ids, params, seed=seed):
                 text = " The answer is 18." if r.token_ids and r.token_ids[0] % 2 == 0 else " The answer is 5."
@@ -426,7 +427,10 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
     total = len(_shards(reference_out))
     assert total >= 6
 
-    proc = subprocess.Popen([sys.executable, str(script), tiny_model_dir, str(resumed_out)], env=env)
+    # 0.3 s per shard: the kill (after 2 shards, polled every 50 ms) lands well before the ~15 shards are done
+    proc = subprocess.Popen(
+        [sys.executable, str(script), tiny_model_dir, str(resumed_out)], env={**env, "SHARD_DELAY_S": "0.3"}
+    )
     deadline = time.time() + 240
     while len(_shards(resumed_out)) < 2 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
@@ -450,7 +454,7 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
 
     # Two CPU ranks (gloo): the shards are split between the ranks, the main rank writes the same dataset.
     sharded_out = tmp_path / "two_ranks"
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     subprocess.run(
         [*torchrun, str(script), tiny_model_dir, str(sharded_out)],
         check=True,

@@ -34,8 +34,9 @@ def test_offline_frs_writes_json_and_plot(tmp_path, tiny_model_dir, capsys):
     assert [t["problem_id"] for t in result["traces"][:5]] == ["gsm8k/test/0"] * 4 + ["gsm8k/test/1"]
     # N = 12 -> kept floor(1.2) = 1 ... floor(6) = 6 (JSON keys are strings)
     assert report["kept_at_k"] == {"10": 1, "20": 2, "30": 3, "40": 4, "50": 6}
-    # judged: the top 6, plus per question its most confident and one seeded random trace: 6 to 9 requests
-    assert 6 <= report["n_judged"] <= 9
+    # judged: the top 6, plus per question its most confident and one seeded random trace: 6 to 10 requests (10 when
+    # the top 6 split 3/3/0 over the questions: two random traces outside it, two extra for the third question)
+    assert 6 <= report["n_judged"] <= 10
     assert sum(report["unscored"].values()) == report["n_judged"] and report["score"] is None
     assert report["accuracy"] == 0.0  # six random tokens never verify
     assert all(t["num_tokens"] <= 6 and 0.0 <= t["confidence"] <= 1.0 for t in result["traces"])

@@ -428,7 +428,7 @@ def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny
     env = {**os.environ, "ACCELERATE_USE_CPU": "True", "OMP_NUM_THREADS": "1", "PYTHONPATH": pythonpath}
     torchrun = Path(sys.executable).parent / "torchrun"
     proc = subprocess.run(
-        [str(torchrun), "--nproc_per_node", "2", __file__, str(tmp_path / "ranks")],
+        [str(torchrun), "--standalone", "--nproc_per_node", "2", __file__, str(tmp_path / "ranks")],
         env=env,
         capture_output=True,
         text=True,
