@@ -393,7 +393,9 @@ def test_kill_9_and_resume_gives_the_uninterrupted_result(job, uninterrupted):
 def test_two_processes_with_torchrun_match_one_process(job, uninterrupted):
     out = job / "torchrun.json"
     _run(
-        _cmd(job, job / "torchrun-cache", out, launcher=(str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2")),
+        _cmd(
+            job, job / "torchrun-cache", out, launcher=(str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2")
+        ),
         ACCELERATE_USE_CPU="True",
     )
     ranks = [_load(out, 0), _load(out, 1)]

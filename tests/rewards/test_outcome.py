@@ -314,7 +314,8 @@ def test_pathological_answer_in_a_thread_is_bounded():
 
 
 def test_outcome_reward_in_a_thread(monkeypatch):
-    monkeypatch.setattr(outcome_module, "DEFAULT_TIMEOUT_S", 2.0)  # wall-clock: 1 s could starve the valid checks under load
+    # a wall-clock budget: with 1 s the valid checks could run out of time on a loaded machine
+    monkeypatch.setattr(outcome_module, "DEFAULT_TIMEOUT_S", 2.0)
     completions = [PATHOLOGICAL, r"\boxed{\frac{1}{2}}", "The answer is 2", "x"]
     value, elapsed = _in_thread(lambda: outcome_reward(completions=completions, answer=["3", "0.5", "3", "see figure"]))
     assert value == [0.0, 1.0, 0.0, None]

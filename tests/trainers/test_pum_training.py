@@ -359,7 +359,8 @@ def test_accelerate_launch(tmp_path, tiny_model_dir, pairs_dir):
 def test_two_cpu_ranks_with_torchrun(tmp_path, tiny_model_dir, pairs_dir):
     out = tmp_path / "out"
     _run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "train_pum.py", *_flags(tiny_model_dir, pairs_dir, out)],
+        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "train_pum.py"]
+        + _flags(tiny_model_dir, pairs_dir, out),
         tmp_path,
         ACCELERATE_USE_CPU="True",
     )
