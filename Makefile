@@ -1,10 +1,11 @@
-# `make demo` runs the main job, `make test` the test suite; both set up .venv from scratch first.
+# `make demo` runs the main job, `make test` the test suite (with the library's docstring examples), `make test-fast`
+# the tests not marked slow (no subprocess, server, torchrun or training run); all set up .venv from scratch first.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.procrl-installed
 
-.PHONY: demo test install model lint bench clean
+.PHONY: demo test test-fast install model lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,9 @@ demo: model
 
 test: model
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+test-fast: model
+	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

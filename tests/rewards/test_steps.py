@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import doctest
 import os
 import re
 
@@ -513,9 +512,3 @@ def test_tokenize_steps_rejects_empty_piece(smollm2_tokenizer):
         tokenize_steps(smollm2_tokenizer, ["Step one.\n\n", ""])
     assert tokenize_steps(smollm2_tokenizer, []) == ([], [])
     assert tokenize_steps(smollm2_tokenizer, [], prefix_ids=[5]) == ([5], [])
-
-
-def test_module_doctests():
-    # the docstring examples are runnable and their outputs are right
-    result = doctest.testmod(steps_module, optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
