@@ -20,13 +20,17 @@ Input rendering (`render_prefix`, used by `procrl.trainers.pum_training` AND by 
   occurred, in full), and one forward pass over a cut trajectory gives, at every boundary, the same ids and hence
   the same value as rendering that prefix alone (left-cutting would make every prefix need its own window and
   show the model a solution without its beginning). The cost: a cut prefix is scored as its first
-  `max_length - 1 - len(prompt)` tokens, and two long prefixes that share those tokens become identical; the
-  training data preparation drops such pairs and counts them. A problem whose rendered prompt alone exceeds the
-  budget raises `ValueError` (raise `max_length`).
+  `max_length - 1 - len(prompt)` tokens (by `score` and in training), and two long prefixes that share those tokens
+  become identical; the training data preparation drops such pairs and counts them. Step scoring (`score_steps`)
+  instead reports every step whose end was cut as unscored (NaN), see below. A problem whose rendered prompt alone
+  exceeds the budget raises `ValueError` (raise `max_length`).
 
 Scoring (`PrefixUtilityModel`): `score_prefixes(problem, steps)` gives U after every step of one trajectory from
 ONE forward pass (the score head applied to the final hidden states at the boundary positions, i.e. at position
-`boundary - 1`); `score(problems, prefixes)` scores independent prefixes in padded batches, pooling at the last
+`boundary - 1`). Each distinct boundary is scored once: an empty step has the boundary of the step before it and
+gets a copy of that step's value (the same float, not a second evaluation). A step whose end lies beyond the
+budget (cut whole or in part: `RenderedPrefix.complete` is False) is UNSCORED, NaN: the model never saw the state
+after it, and a partly kept step is not the step. `score(problems, prefixes)` scores independent prefixes in padded batches, pooling at the last
 position with attention_mask == 1 (never "first pad/eos", DESIGN §3) and with position ids from the mask, so
 left- and right-padded batches give the same values. Scores are raw head outputs (real numbers, no sigmoid):
 only differences are meaningful, P(a preferred to b) = σ(U_a - U_b).
@@ -35,6 +39,7 @@ only differences are meaningful, P(a preferred to b) = σ(U_a - U_b).
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -83,12 +88,16 @@ class RenderedPrefix:
         prompt_length: tokens of the rendered prompt (chat template through the assistant header); the input for
             the empty prefix is `input_ids[:prompt_length]`.
         truncated_tokens: prefix tokens cut from the right to fit `max_length - 1` (0 when nothing was cut).
+        complete: one per prefix piece: True when the piece's end lies within `input_ids` (every token of pieces
+            0..k was kept), False when truncation cut the piece whole or in part. An empty piece is complete exactly
+            when the piece before it is (a first empty piece always is: the prompt is never cut).
     """
 
     input_ids: list[int]
     boundaries: list[int]
     prompt_length: int
     truncated_tokens: int
+    complete: list[bool]
 
 
 def strip_trailing_eos(text: str, tokenizer: Any) -> str:
@@ -202,6 +211,7 @@ def render_prefix(
 
     budget = None if max_length is None else max_length - 1
     truncated = 0
+    complete = [True] * len(boundaries)
     if budget is not None:
         if len(prompt) > budget:
             raise ValueError(
@@ -211,8 +221,11 @@ def render_prefix(
         if len(ids) > budget:
             truncated = len(ids) - budget
             ids = ids[:budget]
+            complete = [b <= budget for b in boundaries]  # unclipped ends: a piece ending at the budget is whole
             boundaries = [min(b, budget) for b in boundaries]
-    return RenderedPrefix(input_ids=ids, boundaries=boundaries, prompt_length=len(prompt), truncated_tokens=truncated)
+    return RenderedPrefix(
+        input_ids=ids, boundaries=boundaries, prompt_length=len(prompt), truncated_tokens=truncated, complete=complete
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -500,8 +513,10 @@ class PrefixUtilityModel:
         """U after every step of ONE trajectory, from one forward pass over the whole trajectory.
 
         Value k is U(x, steps[0..k]) (0-based k), read from the hidden state at token position `boundary_k - 1`;
-        it equals scoring `steps[:k+1]` alone (within float tolerance; tested to 1e-4). Steps cut by truncation
-        repeat the value of the last kept token.
+        it equals scoring `steps[:k+1]` alone (within float tolerance; tested to 1e-4) for every step that fits the
+        budget. An empty step repeats the previous value exactly (a copy; a first empty step gets U(x, ∅)). A step
+        whose end was cut by truncation (`max_length`), wholly or partly, is unscored: NaN, and so is every step
+        after it (NaN is "no reward" for process advantages, `procrl.trainers.advantages`).
 
         Args:
             problem: the problem text.
@@ -510,7 +525,8 @@ class PrefixUtilityModel:
                 the baseline for per-step increments U(x, p_k) - U(x, p_{k-1}).
 
         Returns:
-            `len(steps)` floats (`+ 1` with `include_empty`); [] for no steps without `include_empty`.
+            `len(steps)` floats (`+ 1` with `include_empty`; U(x, ∅) is always scored: the prompt is never cut),
+            NaN for unscored steps; [] for no steps without `include_empty`.
         """
         return self.score_steps([problem], [steps], include_empty=include_empty)[0]
 
@@ -523,7 +539,9 @@ class PrefixUtilityModel:
     ) -> list[list[float]]:
         """`score_prefixes` for several trajectories, batched (one forward pass per batch of trajectories).
 
-        The step-scorer interface of DESIGN §3: one list of per-step values per trajectory.
+        The step-scorer interface of DESIGN §3: one list of per-step values per trajectory; NaN marks a step whose
+        end lies beyond the budget (see `score_prefixes`). Each trajectory's distinct boundaries are scored once and
+        steps sharing a boundary (empty steps) share the value, so equal boundaries give identical floats.
 
         Raises:
             ValueError: `problems` and `steps` differ in length, or a rendering error (see `render_prefix`).
@@ -532,14 +550,32 @@ class PrefixUtilityModel:
         if len(problems) != len(steps):
             raise ValueError(f"score_steps: {len(problems)} problems but {len(steps)} step lists")
         rendered = [self.render(problem, trajectory) for problem, trajectory in zip(problems, steps, strict=True)]
-        positions = [([r.prompt_length - 1] if include_empty else []) + [b - 1 for b in r.boundaries] for r in rendered]
-        return _scores_at(
+        positions: list[list[int]] = []  # distinct positions scored per trajectory
+        layouts: list[list[int | None]] = []  # per output value: its index in `positions[i]`, None = unscored
+        for r in rendered:
+            ends = ([r.prompt_length] if include_empty else []) + list(r.boundaries)
+            seen = ([True] if include_empty else []) + list(r.complete)
+            index: dict[int, int] = {}
+            layout: list[int | None] = []
+            for end, whole in zip(ends, seen, strict=True):
+                if not whole:
+                    layout.append(None)
+                    continue
+                if end not in index:
+                    index[end] = len(index)
+                layout.append(index[end])
+            positions.append([end - 1 for end in index])  # dicts keep insertion order
+            layouts.append(layout)
+        values = _scores_at(
             self.model,
             [r.input_ids for r in rendered],
             positions,
             pad_token_id=self.tokenizer.pad_token_id,
             batch_size=self.batch_size,
         )
+        return [
+            [math.nan if k is None else row[k] for k in layout] for row, layout in zip(values, layouts, strict=True)
+        ]
 
     def score(
         self,
@@ -551,7 +587,9 @@ class PrefixUtilityModel:
         """U(x_i, p_i) for independent (problem, prefix) pairs, in padded batches.
 
         Each input is pooled at its last real token (the last position with attention_mask == 1), so the value does
-        not depend on the batch it is in or the padding side. A full completion's trailing EOS is stripped first.
+        not depend on the batch it is in or the padding side. A full completion's trailing EOS is stripped first. A
+        prefix longer than the budget is scored as its kept tokens, the training convention (`render(...)
+        .truncated_tokens` says whether it was cut; `score_steps` reports cut steps as NaN instead).
 
         Args:
             problems: problem texts.

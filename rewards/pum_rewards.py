@@ -11,6 +11,13 @@ The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.0
   - `mode="last"`: U after the last step, from the one-pass step scoring (equal to "full" within float tolerance);
   - `mode="min"`: min over k of U(x, p_k), the step prefixes p_1..p_K (a weakest-link process reward).
 
+  A completion that does not fit the PUM's budget (`max_length`; its end was cut, `PrefixUtilityModel.score_steps`
+  leaves its last steps unscored) gets None in EVERY mode, never NaN and never a stand-in: the value each mode
+  asks for (U of the whole completion, U after its last step, the min over all its steps) was not seen, and
+  scoring what was seen (the kept start, the last scored step, the min over the scored steps) would make anything
+  written past the budget free. None is TRL's "not applicable" (the completion's other rewards still count; a
+  completion left with none gets advantage 0). The fraction is logged as `process/unscored_completions`.
+
   Recipes (`reward_weights` in the GRPO config):
 
   - outcome-anchored (default): `reward_funcs = [outcome_reward, PUMReward(path)]`,
@@ -19,6 +26,9 @@ The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.0
 
 * `PUMStepRewards` (a `procrl.trainers.advantages.StepRewardFunc`): per-step rewards
   r_k = U(x, p_k) - U(x, p_{k-1}) with U(x, p_0) = U(x, ∅) (the empty prefix), so that Σ_k r_k = U(x, y) - U(x, ∅).
+  A step whose end lies beyond the PUM's budget is unscored: r_k = NaN (every later step too), which process
+  advantages treat as "no reward" (r~ = 0, left out of the group statistics) and the trainer counts in
+  `process/unscored_steps`; the finite increments then sum to U(x, p_last scored) - U(x, ∅).
   Steps and token boundaries come from the SAMPLED completion ids (`procrl.rewards.steps.token_steps`, never
   re-encoding the sampled text); the step texts are scored in one forward pass per trajectory. In process and
   mixed advantage modes, do not also put a PUM reward among TRL's `reward_funcs` (it would be counted twice).
@@ -121,9 +131,11 @@ class PUMReward(PUMHolder):
         batch_size: inputs per PUM forward pass.
 
     Call: `reward(prompts, completions, completion_ids=None, question=None, **kwargs) -> list[float | None]`,
-    one raw score per completion; None for a completion with no text (whitespace only). Raises `ValueError`
-    naming the function when a column has the wrong length; a non-finite score raises `FloatingPointError`
-    (from the scorer) rather than returning NaN.
+    one raw score per completion; None for a completion with no text (whitespace only) and for one longer than the
+    PUM's `max_length` (see the module docstring; counted in `process/unscored_completions`, the fraction of the
+    completions with text, logged through TRL's `log_metric` when given). Never NaN. Raises `ValueError` naming
+    the function when a column has the wrong length; a non-finite score raises `FloatingPointError` (from the
+    scorer) rather than returning NaN.
 
     Example (needs a trained PUM, so not a doctest)::
 
@@ -153,16 +165,26 @@ class PUMReward(PUMHolder):
         problems = problem_texts(self.__name__, prompts, question, n)
         pum = self.pum
         texts = [strip_trailing_eos(completion_to_text(c), pum.tokenizer) for c in completions]
-        keep = [i for i, t in enumerate(texts) if t.strip()]
+        with_text = [i for i, t in enumerate(texts) if t.strip()]
+        # the whole completion must fit the budget: otherwise its end (and the value every mode needs) is unseen
+        keep = [i for i in with_text if pum.render(problems[i], texts[i]).truncated_tokens == 0]
         values: list[float | None] = [None] * n
         if keep:
             if self.mode == "full":
                 scores = pum.score([problems[i] for i in keep], [texts[i] for i in keep])
             else:
                 per_step = pum.score_steps([problems[i] for i in keep], [texts[i] for i in keep])
-                scores = [min(row) if self.mode == "min" else row[-1] for row in per_step]
+                # a fitting completion has every step scored; a NaN left would make min/last None below, not NaN
+                scores = [
+                    math.nan if any(math.isnan(v) for v in row) else (min(row) if self.mode == "min" else row[-1])
+                    for row in per_step
+                ]
             for i, score in zip(keep, scores, strict=True):
                 values[i] = float(score) if math.isfinite(score) else None
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric) and with_text:
+            unscored = sum(values[i] is None for i in with_text)
+            log_metric("process/unscored_completions", unscored / len(with_text))
         return check_reward_length(self.__name__, values, n)
 
 
@@ -172,7 +194,11 @@ class PUMStepRewards(PUMHolder):
     Each completion's steps and token boundaries come from its sampled ids with
     `token_steps(completion_ids[i], tokenizer)` (the ids are decoded, never re-encoded; EOS and other tokens after the
     last step's text belong to the last step); the step texts are then scored by the PUM in one pass per trajectory
-    (`score_steps(..., include_empty=True)`). Hence Σ_k r_k = U(x, y) - U(x, ∅) exactly.
+    (`score_steps(..., include_empty=True)`). Hence Σ_k r_k = U(x, y) - U(x, ∅) exactly when the completion fits
+    the PUM's `max_length`. Otherwise the steps whose end was cut get NaN ("no reward" for process advantages,
+    counted by the trainer in `process/unscored_steps`, which this scorer does not log itself so the key is not
+    logged twice per batch); a completion with every step cut is still a `StepRewards` of NaN values (unscored
+    steps, not "not applicable").
 
     Args:
         model: a PUM checkpoint directory or a loaded `PrefixUtilityModel`.

@@ -4,6 +4,8 @@ The tiny model's score head is drawn with std 1 (not the 0.02 init), so U values
 prefixes: the 1e-4 agreement checks below compare values that are far apart, not all close to 0.
 """
 
+import math
+
 import pytest
 import torch
 
@@ -89,18 +91,23 @@ def test_trailing_eos_is_stripped(smollm2_tokenizer):
 def test_truncation_keeps_the_problem_and_cuts_the_prefix_end(smollm2_tokenizer):
     tok = smollm2_tokenizer
     prompt = render_prompt_ids(tok, PROBLEM)
-    n0, n1 = len(enc(tok, STEPS[0])), len(enc(tok, STEPS[1]))  # 6 and 13 tokens
+    n0, n1 = len(enc(tok, STEPS[0])), len(enc(tok, STEPS[1]))  # 8 and 17 tokens
     full = len(prompt) + n0 + n1
     # fits exactly: max_length - 1 == full length
-    assert render_prefix(tok, PROBLEM, STEPS[:2], max_length=full + 1).truncated_tokens == 0
-    # one token over
+    r = render_prefix(tok, PROBLEM, STEPS[:2], max_length=full + 1)
+    assert r.truncated_tokens == 0 and r.complete == [True, True]
+    # one token over: step 0 (ends at prompt + 6) is whole, step 1 lost its last token
     r = render_prefix(tok, PROBLEM, STEPS[:2], max_length=full)
     assert r.truncated_tokens == 1 and len(r.input_ids) == full - 1
-    # budget = prompt + 3 tokens: 6 + 13 - 3 = 16 tokens cut, both boundaries clipped to the budget
+    assert r.complete == [True, False]
+    # budget = prompt + 3 tokens: 8 + 17 - 3 = 22 tokens cut, both boundaries clipped to the budget
     r = render_prefix(tok, PROBLEM, STEPS[:2], max_length=len(prompt) + 3 + 1)
     assert r.truncated_tokens == n0 + n1 - 3
     assert r.input_ids == prompt + enc(tok, STEPS[0])[:3]
-    assert r.boundaries == [len(prompt) + 3, len(prompt) + 3]
+    assert r.boundaries == [len(prompt) + 3, len(prompt) + 3] and r.complete == [False, False]
+    # budget ends exactly at step 0's end: step 0 whole, step 1 and the empty piece after it cut
+    r = render_prefix(tok, PROBLEM, [STEPS[0], "", STEPS[1], ""], max_length=len(prompt) + n0 + 1)
+    assert r.boundaries == [len(prompt) + n0] * 4 and r.complete == [True, True, False, False]
     # the problem itself is never cut
     with pytest.raises(ValueError, match="never cut"):
         render_prefix(tok, PROBLEM, STEPS, max_length=len(prompt))
@@ -128,6 +135,53 @@ def test_one_pass_equals_plain_per_prefix_scoring(scorer, tiny_pum, smollm2_toke
     assert scorer.score_prefixes(PROBLEM, STEPS) == pytest.approx(one_pass[1:], abs=1e-5)
 
 
+# Step scoring under truncation. `steps` index STEPS (None = an empty step); `budget(L, e)` is max_length - 1 from
+# the prompt length L and the steps' token ends e (e[k] = L + tokens of steps 0..k, counted with `enc`); `scored`
+# is by hand: step k is scored iff e[k] <= max_length - 1, i.e. its last token was kept.
+TRUNCATION_CASES = {
+    "fits_exactly": ([0, 1, 2, 3], lambda L, e: e[3], [True, True, True, True]),
+    "cut_inside_last_step": ([0, 1, 2, 3], lambda L, e: e[3] - 1, [True, True, True, False]),
+    "cut_inside_earlier_step": ([0, 1, 2, 3], lambda L, e: e[0] + 2, [True, False, False, False]),
+    "cut_at_a_step_end": ([0, 1, 2, 3], lambda L, e: e[1], [True, True, False, False]),
+    "cut_inside_first_step": ([0, 1], lambda L, e: L + 2, [False, False]),
+    "empty_step_after_the_cut": ([0, 1, None, 2], lambda L, e: e[0] + 3, [True, False, False, False]),
+    "empty_step_before_the_cut": ([0, None, 1, 2], lambda L, e: e[0] + 3, [True, True, False, False]),
+    "empty_step_at_the_budget": ([0, 1, None, 2], lambda L, e: e[1], [True, True, True, False]),
+}
+
+
+@pytest.mark.parametrize("case", list(TRUNCATION_CASES))
+def test_steps_cut_by_the_budget_are_unscored(case, tiny_pum, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    index, budget_of, scored = TRUNCATION_CASES[case]
+    steps = ["" if k is None else STEPS[k] for k in index]
+    L = len(render_prompt_ids(tok, PROBLEM))
+    counts = [len(enc(tok, s)) for s in steps]
+    assert min(c for c in counts if c) > 3  # "inside a step" cases cut 2 or 3 tokens into a step of more
+    ends = [L + sum(counts[: k + 1]) for k in range(len(steps))]
+    max_length = budget_of(L, ends) + 1
+    pum = PrefixUtilityModel(tiny_pum, tok, max_length=max_length, batch_size=8)
+    values = pum.score_prefixes(PROBLEM, steps, include_empty=True)
+    # independent reference: each prefix alone, unbudgeted, through plain transformers
+    u_empty = plain_score(tiny_pum, render_prompt_ids(tok, PROBLEM))
+    reference = [plain_score(tiny_pum, render_prefix(tok, PROBLEM, steps[: k + 1], None).input_ids) for k in
+                 range(len(steps))]  # fmt: skip
+    assert len(values) == len(steps) + 1
+    assert abs(values[0] - u_empty) < 1e-4  # U(x, ∅): the prompt is never cut
+    for k, (value, ref, whole) in enumerate(zip(values[1:], reference, scored, strict=True)):
+        if whole:
+            assert abs(value - ref) < 1e-4, (case, k)
+        else:
+            assert math.isnan(value), (case, k)
+    for k, step in enumerate(steps):  # a scored empty step is a copy of the value before it
+        if not step and scored[k]:
+            assert values[k + 1] == values[k]
+    # batched with a shorter trajectory (step 0 alone: scored iff it fits, as in the long one)
+    batch = pum.score_steps([PROBLEM, PROBLEM], [steps, [STEPS[0]]])
+    assert [not math.isnan(v) for v in batch[0]] == scored
+    assert index[0] == 0 and (abs(batch[1][0] - reference[0]) < 1e-4 if scored[0] else math.isnan(batch[1][0]))
+
+
 def test_score_steps_batches_trajectories_like_single_ones(scorer):
     other = ["Half of 10 is 5.\n\n", "Five plus one is 6.\n\n", "So 6."]
     batched = scorer.score_steps([PROBLEM, "What is 10 / 2 + 1?"], [STEPS, other])
@@ -135,10 +189,16 @@ def test_score_steps_batches_trajectories_like_single_ones(scorer):
     for row, ref in zip(batched, alone, strict=True):
         assert len(row) == len(ref)
         assert max(abs(a - b) for a, b in zip(row, ref, strict=True)) < 1e-4
-    # an empty step repeats the previous value; no steps give []
+    # an empty step repeats the previous value (a copy, so exactly equal); no steps give []
     values = scorer.score_prefixes(PROBLEM, [STEPS[0], "", STEPS[1]])
     assert values[1] == values[0]
     assert scorer.score_prefixes(PROBLEM, []) == []
+    # a first empty step repeats U(x, ∅); in a batch with other trajectories (other rows, other shapes) too
+    first_empty = scorer.score_prefixes(PROBLEM, ["", STEPS[0]], include_empty=True)
+    assert first_empty[1] == first_empty[0]
+    rows = scorer.score_steps([PROBLEM, PROBLEM], [other, [STEPS[0], "", "", STEPS[1], ""]])
+    assert rows[1][1] == rows[1][0] and rows[1][2] == rows[1][0] and rows[1][4] == rows[1][3]
+    assert abs(rows[1][0] - values[0]) < 1e-4 and abs(rows[1][3] - values[2]) < 1e-4
 
 
 def test_pooling_is_padding_invariant_with_pad_equal_to_eos(scorer, tiny_pum, smollm2_tokenizer):
