@@ -23,11 +23,15 @@ shards over accelerate processes, and writes each finished shard atomically to `
 Cache and resume. A shard's file name is a hash of everything its content depends on: the engine's
 `cache_key()` (model identity, dtype, and for transformers the device type and batch size, which fix the batch
 composition), the shard's rows (prompt ids, repeated n times), `params.to_dict()`, the seed and the shard index.
-The shard's generation is seeded from (seed, that hash), so its content depends on neither the process that
-produced it nor the run: a run killed with `kill -9` and rerun regenerates only the missing shards and returns
-exactly what an uninterrupted run returns. A changed setting changes every hash, so stale shards are never reused
-(they stay on disk; delete the directory to reclaim space). Files are written to a temporary name and renamed,
-so a killed run leaves at most a `*.tmp.*` file, which is ignored.
+The shard's generation is seeded from (seed, that hash), and its batches are a function of its rows alone, so its
+content depends on neither the process that produced it nor the number of processes. A run killed with `kill -9`
+and rerun regenerates only the missing shards; every shard that exists is reused verbatim. Every call, fresh or
+resumed, returns what the shard files hold (the values it just computed are read back from the files too, and
+JSON keeps floats exactly), so a resumed run returns bit for bit what an uninterrupted run returns for the shards
+both read, and the regenerated shards are what the first run would have written on the same machine (see
+Determinism). A changed setting changes every hash, so stale shards are never reused (they stay on disk; delete the
+directory to reclaim space). Files are written to a temporary name and renamed, so a killed run leaves at most a
+`*.tmp.*` file, which is ignored.
 
 Processes. Shard i belongs to process i % num_processes (accelerate `PartialState`: one process, `accelerate
 launch`, or `ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2`). A process that has finished its own shards
@@ -36,8 +40,11 @@ every process reads all shards. Several machines need `cache_dir` on a shared fi
 
 Determinism (transformers): each batch is sampled after `torch.manual_seed` of a seed derived from (shard seed,
 batch index), inside `torch.random.fork_rng` so the caller's RNG is untouched. Batches are a fixed function of the
-shard's rows. The same device type, dtype and batch size therefore reproduce a shard token for token (CPU: exactly;
-GPU kernels may be non-deterministic across hardware or library versions).
+shard's rows. The same machine, library versions, dtype, batch size and thread count therefore reproduce a shard
+exactly. Another CPU model (e.g. AMX or AVX-512 matmul kernels) or GPU rounds the logits differently: a shard
+regenerated there has log-probs that differ in the last bits and, rarely, a different token where two candidates
+were nearly tied. Its rows are equally valid samples; the cache key does not include the machine, so a cache can be
+resumed elsewhere, and then only the reused shards are bitwise those of the first machine.
 """
 
 from __future__ import annotations
@@ -911,16 +918,19 @@ def _resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtyp
 
 
 def weights_fingerprint(source, model=None) -> str:
-    """Short hash that changes when the weights change. An in-memory model: its parameters' shapes and sums. A local
-    directory: names, sizes and modification times of its weight and config files (a retrained checkpoint written
-    to the same path gets new keys). A hub id: "hub" (pin a revision by downloading it to a directory)."""
+    """Short hash that changes when the weights change. An in-memory model: SHA-256 of its parameters' names, dtypes,
+    shapes and raw bytes (exact: a float sum would depend on the reduction order of the CPU's or GPU's kernels and
+    thread count, so two ranks holding the same weights could name the same shard differently and wait for each
+    other forever). A local directory: names, sizes and modification times of its weight and config files (a
+    retrained checkpoint written to the same path gets new keys). A hub id: "hub" (pin a revision by downloading it
+    to a directory)."""
     if model is not None:
+        digest = hashlib.sha256()
         with torch.no_grad():
-            sums = [
-                (name, list(p.shape), float(p.double().sum()), float(p.double().abs().sum()))
-                for name, p in model.named_parameters()
-            ]
-        return "params-" + _hash(sums)[:12]
+            for name, p in model.named_parameters():
+                digest.update(json.dumps([name, str(p.dtype), list(p.shape)]).encode())
+                digest.update(p.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy())
+        return "params-" + digest.hexdigest()[:12]
     path = Path(str(source))
     if path.is_dir():
         entries = sorted(
