@@ -349,6 +349,7 @@ def tiny_model_dir(tmp_path, tiny_llama, smollm2_tokenizer):
     return str(path)
 
 
+@pytest.mark.slow  # about 40 s on 2 busy cores
 def test_real_engine_on_a_tiny_model(tmp_path, tiny_model_dir):
     config = pm.PUMMathConfig(
         dataset="gsm8k", start=0, end=2, output_dir=str(tmp_path / "out"), trajectory_source="both",
@@ -380,7 +381,7 @@ def test_real_engine_on_a_tiny_model(tmp_path, tiny_model_dir):
 
 RESUME_SCRIPT = textwrap.dedent(
     """
-    import os, sys, time
+    import os, sys, threading
     from procrl.data_builders import pum_math as pm
     from procrl.data_builders.rollouts import Rollout, RolloutEngine, TransformersEngine
 
@@ -392,10 +393,16 @@ RESUME_SCRIPT = textwrap.dedent(
             self.inner = TransformersEngine(path, device="cpu", batch_size=4, model_id="tiny-resume-test")
             self.tokenizer = self.inner.tokenizer
             self.model_id = "judged-" + self.inner.model_id
+            self.calls = 0
         def cache_key(self):
             return "judged-" + self.inner.cache_key()
         def generate(self, prompt_ids, params, *, seed):
-            time.sleep(float(os.environ.get("SHARD_DELAY_S", "0")))  # the killed run: slow enough to be killed
+            # The run to be killed (PUM_TEST_BLOCK_BEFORE_SHARD=k): call k is shard k, and shards 0..k-1 are on disk
+            # when it starts (a shard is written before the next is generated); it says so and never returns.
+            if self.calls == int(os.environ.get("PUM_TEST_BLOCK_BEFORE_SHARD", "-1")):
+                print(f"blocked before shard {self.calls}", flush=True)
+                threading.Event().wait()
+            self.calls += 1
             out = []
             for r in self.inner.generate(prompt_ids, params, seed=seed):
                 text = " The answer is 18." if r.token_ids and r.token_ids[0] % 2 == 0 else " The answer is 5."
@@ -417,6 +424,50 @@ def _shards(out: Path) -> list[Path]:
     return sorted((out / "cache").rglob("rollouts-*.jsonl"))
 
 
+def _wait_for_output(proc, marker: bytes, timeout_s: float = 300) -> bytes:
+    """Read `proc.stdout` (a binary pipe) until `marker` appears; fail if the process exits first. The timeout only
+    guards against a hang, it is not what orders the test's steps."""
+    import selectors
+
+    seen = b""
+    deadline = time.monotonic() + timeout_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while marker not in seen:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0 and selector.select(remaining), f"no {marker!r} within {timeout_s} s: {seen!r}"
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            assert chunk, f"the build exited (code {proc.wait()}) before printing {marker!r}: {seen!r}"
+            seen += chunk
+    return seen
+
+
+def _decided(out: Path) -> tuple[list, list]:
+    """What the sampled ids decide, exactly: every prefix's text and success counts, every pair's texts and type."""
+    import datasets
+
+    records = [json.loads(line) for line in (out / "prefixes.jsonl").read_text().splitlines()]
+    rows = datasets.load_from_disk(str(out / "dataset")).to_list()
+    return (
+        [(r["key"], r["prefix"], r["successes"], r["bare_successes"]) for r in records],
+        [(r["problem_id"], r["chosen"], r["rejected"], r["pair_type"], r["is_tie"]) for r in rows],
+    )
+
+
+def _assert_same_dataset(out: Path, reference: Path) -> None:
+    """Texts and counts first (clearer failures), then everything. Every float of `dataset/` and `prefixes.jsonl`
+    (gains, G, margin, delta_std) is computed on the main rank from the integer success counts by the same Python
+    code in the same order, whether the build was resumed or ran on two ranks; no log-prob or other model output
+    reaches them. So equal counts give equal IEEE-754 doubles on any CPU, and == is what the builder promises."""
+    import datasets
+
+    assert _decided(out) == _decided(reference)
+    got = datasets.load_from_disk(str(out / "dataset")).to_list()
+    assert got == datasets.load_from_disk(str(reference / "dataset")).to_list() and len(got) > 0
+    assert (out / "prefixes.jsonl").read_text() == (reference / "prefixes.jsonl").read_text()
+
+
+@pytest.mark.slow
 def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, tiny_model_dir):
     script = tmp_path / "build.py"
     script.write_text(RESUME_SCRIPT)
@@ -425,32 +476,42 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
     reference_out, resumed_out = tmp_path / "uninterrupted", tmp_path / "resumed"
     subprocess.run([sys.executable, str(script), tiny_model_dir, str(reference_out)], check=True, env=env, timeout=300)
     total = len(_shards(reference_out))
-    assert total >= 6
+    reference_stats = json.loads((reference_out / "stats.json").read_text())["rollouts"]
+    assert total >= 6 and reference_stats["from_cache"] == 0
+    rows_per_shard = 4  # shard_size 4 = n_rollouts = n_rollouts_bare: one request per shard
 
-    # 0.3 s per shard: the kill (after 2 shards, polled every 50 ms) lands well before the ~15 shards are done
-    proc = subprocess.Popen(
-        [sys.executable, str(script), tiny_model_dir, str(resumed_out)], env={**env, "SHARD_DELAY_S": "0.3"}
-    )
-    deadline = time.time() + 240
-    while len(_shards(resumed_out)) < 2 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-    assert proc.poll() is None, "the build finished before it could be killed; make it longer"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    done_before = len(_shards(resumed_out))
-    assert 0 < done_before < total
+    # Killed while it blocks before shard 2, i.e. once shards 0 and 1 are on disk: an event, not a race with a sleep.
+    finished = 2
+    with open(tmp_path / "killed.stderr", "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), tiny_model_dir, str(resumed_out)],
+            env={**env, "PUM_TEST_BLOCK_BEFORE_SHARD": str(finished)},
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+        )
+        try:
+            _wait_for_output(proc, f"blocked before shard {finished}".encode())
+        except AssertionError as err:
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"{err}\n{(tmp_path / 'killed.stderr').read_text()[-3000:]}") from None
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait() == -signal.SIGKILL
+        proc.stdout.close()
+    files = _shards(resumed_out)
+    assert len(files) == finished < total
     assert not (resumed_out / "stats.json").exists()
+    written = {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files}
 
     subprocess.run([sys.executable, str(script), tiny_model_dir, str(resumed_out)], check=True, env=env, timeout=300)
-    stats = json.loads((resumed_out / "stats.json").read_text())
-    assert 0 < stats["rollouts"]["from_cache"] and stats["rollouts"]["generated_this_run"] < stats["rollouts"]["total"]
-    import datasets
-
-    ref = datasets.load_from_disk(str(reference_out / "dataset")).to_list()
-    assert len(ref) > 0
-    got = datasets.load_from_disk(str(resumed_out / "dataset")).to_list()
-    assert got == ref
-    assert (resumed_out / "prefixes.jsonl").read_text() == (reference_out / "prefixes.jsonl").read_text()
+    stats = json.loads((resumed_out / "stats.json").read_text())["rollouts"]
+    # The resumed build read the killed run's two shards (untouched files) and generated only the others.
+    assert stats["from_cache"] == finished * rows_per_shard
+    assert stats["total"] == reference_stats["total"]
+    assert stats["generated_this_run"] == stats["total"] - finished * rows_per_shard
+    assert {f: (f.read_bytes(), f.stat().st_mtime_ns) for f in files} == written
+    assert len(_shards(resumed_out)) == total
+    _assert_same_dataset(resumed_out, reference_out)
 
     # Two CPU ranks (gloo): the shards are split between the ranks, the main rank writes the same dataset.
     sharded_out = tmp_path / "two_ranks"
@@ -461,8 +522,8 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
         env={**env, "ACCELERATE_USE_CPU": "True"},
         timeout=300,
     )
-    assert datasets.load_from_disk(str(sharded_out / "dataset")).to_list() == ref
-    assert (sharded_out / "prefixes.jsonl").read_text() == (reference_out / "prefixes.jsonl").read_text()
+    # A shard's batches depend on its rows only, so two ranks generate every shard in the batch shapes of one rank.
+    _assert_same_dataset(sharded_out, reference_out)
     assert any(
         json.loads(line)["successes"] != [0] for line in (reference_out / "prefixes.jsonl").read_text().splitlines()
     )
