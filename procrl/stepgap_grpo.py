@@ -112,6 +112,13 @@ class SearchTaskArguments:
     stepgap_zero_cc: bool = field(
         default=False, metadata={"help": "task=search: base(CC) = 0 instead of +0.05 (the zero-CC control)."}
     )
+    stepgap_format_penalty: float = field(
+        default=-0.10,
+        metadata={
+            "help": "task=search: base reward of a malformed step (FORMAT: unclosed or empty search, an action tag "
+            "inside or after the answer), replacing its label's base; must be <= 0."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.search_topk < 1 or self.search_max_turns < 0:
@@ -124,6 +131,8 @@ class SearchTaskArguments:
             raise ValueError(f"judge_timeout_s must be > 0, got {self.judge_timeout_s}")
         if not math.isfinite(self.stepgap_lambda):
             raise ValueError(f"stepgap_lambda must be a finite number, got {self.stepgap_lambda}")
+        if not (math.isfinite(self.stepgap_format_penalty) and self.stepgap_format_penalty <= 0):
+            raise ValueError(f"stepgap_format_penalty must be finite and <= 0, got {self.stepgap_format_penalty}")
         if getattr(self, "task", "search") != "search":
             return
         dataset = getattr(self, "dataset_name", None)
@@ -244,6 +253,7 @@ def open_search_task(script_args, training_args) -> Iterator[SearchTask]:
         config = StepGapRewardConfig(
             lam=script_args.stepgap_lambda,
             shaping=script_args.stepgap_shaping,
+            base_format=script_args.stepgap_format_penalty,
             **({"base_cc": 0.0} if script_args.stepgap_zero_cc else {}),
         )
         reward_funcs, weights, step_reward_func = [], [], None

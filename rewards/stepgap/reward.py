@@ -4,11 +4,21 @@ For a trace with steps s_1..s_n (searches, then the answer) labelled τ_i by the
 
     R = EM + λ · Σ_i [ base(τ_i) + shape(a_{i+1} | τ_i) ]
 
-- base *(defaults)*: NONE +0.20, IE -0.10, MB -0.05, CC +0.05, ERROR 0.
+- base *(defaults)*: NONE +0.20, IE -0.10, MB -0.05, CC +0.05, ERROR 0, FORMAT -0.10.
+- FORMAT: a malformed step (`TraceStep.malformed`: an unclosed `<search>`, e.g. at truncation; an empty query; an
+  action tag inside the answer; an action after the answer, which marks the conclusion) is a format violation.
+  It is labelled FORMAT without asking the verifier (`label_steps`; the verifier never judges it) and gets
+  `base_format` (default -0.10, must be <= 0; keep it at or below the lowest well-formed base, IE -0.10, so
+  breaking the format never beats a well-formed step). `step_rewards` treats a malformed step as FORMAT whatever
+  label it is given, so the no-gap bonus can never pay a violation. Metrics: `stepgap/label_FORMAT` and
+  `stepgap/format_violations` (FORMAT steps per completion).
 - shape(a_{i+1} | τ_i), the action of the NEXT step given this step's label; the last step gets 0:
-  * correct repair +0.10, ignored gap -0.10 (only after a gap: CC, IE, MB);
+  * correct repair +0.10, ignored gap -0.10 (only after a gap: CC, IE, MB). A malformed next step never repairs
+    a gap (it is an ignored gap, -0.10): it did not run (an unclosed or empty search) or broke the answer;
+  * after a FORMAT step: no repair term, neither bonus nor penalty. FORMAT is not a gap that the next step can
+    repair, and a "repair" bonus would hand back the violation's cost (+0.10 against -0.10);
   * near-duplicate query -0.05: the next step is a search whose query has token Jaccard >= 0.8 with any earlier
-    query (any label, added to the repair term).
+    query (any label, FORMAT included, added to the repair term).
 - Repairs, operationally (DESIGN §4; the verifier's `StepLabel` fields say what to look for):
   * after CC: the next step does not restate the contradicted `entity` / `value` (normalised substring test of
     the step text), or it says it retracts ("retract", "was wrong", "incorrect", "mistake", "not correct",
@@ -35,10 +45,10 @@ import math
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from procrl.rewards.qa import em_reward, exact_match, gold_list, normalize_answer
-from procrl.rewards.stepgap.trace import Trace, TraceStep, parse_trace
+from procrl.rewards.stepgap.trace import LABELS, StepLabel, Trace, TraceStep, parse_trace
 from procrl.trainers.advantages import StepRewards
 from procrl.utils import completion_to_text, get_logger
 
@@ -49,6 +59,7 @@ __all__ = [
     "StepGapRewardConfig",
     "StepGapStepRewards",
     "is_repair",
+    "label_steps",
     "step_rewards",
     "stepgap_total",
     "token_jaccard",
@@ -68,6 +79,13 @@ class StepGapRewardConfig:
     base_ie: float = field(default=-0.10, metadata={"help": "base reward of an IE step (irrelevant evidence)."})
     base_mb: float = field(default=-0.05, metadata={"help": "base reward of an MB step (missing bridge)."})
     base_error: float = field(default=0.0, metadata={"help": "base reward of an unscorable (ERROR) step."})
+    base_format: float = field(
+        default=-0.10,
+        metadata={
+            "help": "base reward of a malformed step (FORMAT: unclosed or empty search, an action tag inside or "
+            "after the answer); must be <= 0, never the no-gap bonus."
+        },
+    )
     shaping: bool = field(default=True, metadata={"help": "add shape(a_{i+1} | τ_i); false = the shaping-off control."})
     repair_bonus: float = field(default=0.10, metadata={"help": "shaping when the next step repairs the gap."})
     ignored_penalty: float = field(default=-0.10, metadata={"help": "shaping when the next step ignores the gap."})
@@ -84,6 +102,8 @@ class StepGapRewardConfig:
             raise ValueError(f"StepGapRewardConfig values must be finite numbers, got {self}.")
         if not 0.0 < self.duplicate_jaccard <= 1.0:
             raise ValueError(f"duplicate_jaccard={self.duplicate_jaccard} must be in (0, 1], e.g. 0.8.")
+        if self.base_format > 0:
+            raise ValueError(f"base_format={self.base_format} must be <= 0: a format violation must never pay.")
 
     def base(self, label: str) -> float:
         return {
@@ -92,6 +112,7 @@ class StepGapRewardConfig:
             "IE": self.base_ie,
             "MB": self.base_mb,
             "ERROR": self.base_error,
+            "FORMAT": self.base_format,
         }[label]
 
 
@@ -147,11 +168,12 @@ def step_rewards(trace: Trace, labels: Sequence, config: StepGapRewardConfig | N
         raise ValueError(f"stepgap reward: {len(labels)} labels for {len(steps)} steps; the verifier must label each.")
     values = []
     for i, (step, label) in enumerate(zip(steps, labels, strict=True)):
-        value = config.base(label.label)
+        kind = "FORMAT" if step.malformed else label.label  # a malformed step is FORMAT, whatever it was labelled
+        value = config.base(kind)
         if config.shaping and i + 1 < len(steps):
             nxt = steps[i + 1]
-            if label.label in ("CC", "IE", "MB"):
-                repaired = is_repair(label, step, nxt, config.duplicate_jaccard)
+            if kind in ("CC", "IE", "MB"):  # FORMAT is no gap: no repair term after it
+                repaired = not nxt.malformed and is_repair(label, step, nxt, config.duplicate_jaccard)
                 value += config.repair_bonus if repaired else config.ignored_penalty
             if nxt.kind == "inference" and nxt.query:
                 earlier = [s.query for s in steps[: i + 1] if s.kind == "inference" and s.query]
@@ -164,6 +186,31 @@ def step_rewards(trace: Trace, labels: Sequence, config: StepGapRewardConfig | N
 def stepgap_total(trace: Trace, labels: Sequence, em: float, config: StepGapRewardConfig | None = None) -> float:
     """R = EM + λ Σ_i [base(τ_i) + shape(a_{i+1} | τ_i)], rounded to 10 decimals (exact table values)."""
     return round(em + sum(step_rewards(trace, labels, config)), 10)
+
+
+def label_steps(verifier, traces: Sequence[Trace]) -> list[list[StepLabel]]:
+    """One label per step: FORMAT for a malformed step, the verifier's label for every other step.
+
+    The verifier is asked about the well-formed steps only (one `verify_many` call on copies of the traces
+    without their malformed steps; each step keeps its own evidence, so dropping steps changes nothing else).
+
+    Raises:
+        ValueError: the verifier returned a different number of labels than well-formed steps.
+    """
+    kept = [replace(t, steps=[s for s in t.steps if not s.malformed]) for t in traces]
+    judged = verifier.verify_many(kept) if any(t.steps for t in kept) else [[] for _ in kept]
+    if len(judged) != len(kept) or any(len(row) != len(t.steps) for row, t in zip(judged, kept, strict=True)):
+        raise ValueError("stepgap reward: the verifier must return one label per well-formed step of each trace.")
+    out = []
+    for trace, row in zip(traces, judged, strict=True):
+        verdicts = iter(row)
+        out.append(
+            [
+                StepLabel("FORMAT", reason="malformed step (format violation)") if s.malformed else next(verdicts)
+                for s in trace.steps
+            ]
+        )
+    return out
 
 
 def _traces(prompts, completions, search_trace) -> list[Trace]:
@@ -185,15 +232,16 @@ class _StepGapBase:
         if golden_answers is None:
             raise ValueError(f"{self.__name__} needs the dataset column 'golden_answers'.")
         traces = _traces(prompts, completions, search_trace)
-        labels = self.verifier.verify_many(traces)
+        labels = label_steps(self.verifier, traces)
         ems = [exact_match(t.answer, g) if gold_list(g) else None for t, g in zip(traces, golden_answers, strict=True)]
         if log_metric is not None:
             counts = Counter(lab.label for row in labels for lab in row)
             total = sum(counts.values())
             log_metric("stepgap/steps_per_completion", total / max(len(traces), 1))
             if total:  # label shares of the labelled steps; none logged for a batch without steps (not 0, not NaN)
-                for name in ("NONE", "CC", "IE", "MB", "ERROR"):
+                for name in LABELS:
                     log_metric(f"stepgap/label_{name}", counts.get(name, 0) / total)
+            log_metric("stepgap/format_violations", counts.get("FORMAT", 0) / max(len(traces), 1))
             log_metric("stepgap/searches_per_completion", sum(t.num_searches for t in traces) / max(len(traces), 1))
             log_metric(
                 "stepgap/format_violation_frac", sum(bool(t.format_violations) for t in traces) / max(len(traces), 1)
@@ -210,8 +258,9 @@ class StepGapReward(_StepGapBase):
 
     Reads the dataset column `golden_answers` and the rollout's `search_trace` (parses the completion text when
     absent). Logs `stepgap/label_<L>` (label shares; not logged for a batch without labelled steps),
-    `stepgap/steps_per_completion`, `stepgap/searches_per_completion` and
-    `stepgap/format_violation_frac` through TRL's `log_metric`.
+    `stepgap/steps_per_completion`, `stepgap/searches_per_completion`, `stepgap/format_violations` (malformed,
+    FORMAT-labelled steps per completion) and `stepgap/format_violation_frac` (completions with any format
+    violation, `no_answer` included) through TRL's `log_metric`. Malformed steps are never sent to the verifier.
     """
 
     __name__ = "stepgap_reward"

@@ -18,10 +18,15 @@ tags: the search environment (`procrl.trainers.search_env`) decides with it whet
 - An unclosed `<search>` (the next tag is not `</search>`) makes a malformed inference step and no retrieval
   ("unclosed_search"); its query runs to the next tag or the end.
 - The first `<answer>` starts the conclusion. The answer is credited (`Trace.answer`) only when `</answer>`
-  closes it and no `<search>` lies inside it ("search_inside_answer", "unclosed_answer" otherwise: answer None,
-  conclusion malformed).
-- After the answer nothing runs: a `<search>` there is a format violation ("search_after_answer") and marks the
-  conclusion malformed; a second `<answer>` is ignored ("multiple_answers"). No answer at all: "no_answer".
+  closes it and no action tag (`<search>`, `<answer>`, `<information>`, opening or closing) lies inside it
+  ("search_inside_answer", "answer_inside_answer", "information_inside_answer", "unclosed_answer" otherwise:
+  answer None, conclusion malformed).
+- After the answer nothing runs and nothing may follow: an action tag opened there (`<search>`, a second
+  `<answer>`, `<information>`) is a format violation ("search_after_answer", "multiple_answers",
+  "information_after_answer") that marks the conclusion malformed; the answer stays credited (it was closed
+  before the violation) and a second `<answer>` is never read. No answer at all: "no_answer".
+- A malformed step is a format violation of the step itself: the StepGap reward labels it FORMAT (a non-positive
+  base, never the no-gap bonus) without asking the verifier (`procrl.rewards.stepgap.reward`).
 - Only the completion is parsed; the prompt never is, so an example answer in the instruction cannot count.
 
 Evidence of step i = every passage retrieved by the steps before it (not its own results).
@@ -37,9 +42,10 @@ from procrl.data_builders.corpus import Passage
 
 __all__ = ["LABELS", "Passage", "StepLabel", "Trace", "TraceStep", "parse_passages", "parse_trace", "with_token_spans"]
 
-LABELS = ("NONE", "CC", "IE", "MB", "ERROR")
+LABELS = ("NONE", "CC", "IE", "MB", "ERROR", "FORMAT")
 
 _TAG = re.compile(r"<(/?)(think|search|answer|information)>")
+_ACTIONS = ("answer", "information", "search")  # action tags: never inside an answer, never after it
 _DOC = re.compile(r"^Doc \d+ \(Title: (.*?)\) ?(.*)$")
 
 
@@ -54,7 +60,7 @@ class TraceStep:
         answer: the `<answer>` text (conclusion; None when not credited), None for inference steps.
         evidence: passages retrieved BEFORE this step (this step's own results excluded).
         retrieved: passages this step's search returned ([] for the conclusion and for unexecuted searches).
-        malformed: unclosed tag, empty query, search inside/after the answer.
+        malformed: unclosed tag, empty query, an action tag inside the answer or after it (the conclusion).
         token_span: `[start, end)` token indices of the step's model text in the completion ids (rollouts fill it
             with `with_token_spans`), None when unknown.
         char_span: `[start, end)` character indices of `text` in the parsed completion text.
@@ -92,7 +98,8 @@ class Trace:
 
 @dataclass
 class StepLabel:
-    """The verifier's label of one step: NONE, CC, IE, MB or ERROR, plus what shaping needs to detect a repair.
+    """The label of one step: NONE, CC, IE, MB or ERROR from the verifier, or FORMAT for a malformed step (given
+    by the reward, never by the verifier), plus what shaping needs to detect a repair.
 
     Attributes:
         label: one of `LABELS`.
@@ -173,11 +180,10 @@ def parse_trace(question: str, completion_text: str, retrieved: Sequence[Sequenc
         ev = events[i]
         is_open, name = ev.group(1) == "", ev.group(2)
         if answered:
-            if is_open and name == "search":
-                violations.append("search_after_answer")
+            after = {"search": "search_after_answer", "answer": "multiple_answers"}.get(name, f"{name}_after_answer")
+            if is_open and name in _ACTIONS:
+                violations.append(after)
                 steps[-1].malformed = True
-            elif is_open and name == "answer":
-                violations.append("multiple_answers")
             i += 1
             continue
         if is_open and name == "search":
@@ -222,15 +228,14 @@ def parse_trace(question: str, completion_text: str, retrieved: Sequence[Sequenc
         if is_open and name == "answer":
             j = next((k for k in range(i + 1, len(events)) if events[k].group(0) == "</answer>"), None)
             stop = j if j is not None else len(events)
-            searched = any(events[k].group(0) == "<search>" for k in range(i + 1, stop))
-            if searched:
-                violations.append("search_inside_answer")
+            inner = sorted({events[k].group(2) for k in range(i + 1, stop) if events[k].group(2) in _ACTIONS})
+            violations.extend(f"{tag}_inside_answer" for tag in inner)
             if j is None:
                 violations.append("unclosed_answer")
                 end, candidate = len(text), None
             else:
                 end, candidate = events[j].end(), text[ev.end() : events[j].start()].strip()
-            credited = j is not None and not searched
+            credited = j is not None and not inner
             answer = candidate if credited else None
             steps.append(
                 TraceStep("conclusion", text[seg_start:end], None, answer, list(evidence), [], not credited,

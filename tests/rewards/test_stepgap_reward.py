@@ -156,3 +156,133 @@ def test_step_rewards_boundaries():
     steps[1].token_span = (5, 5)
     (got,) = scorer(["q"], ["unused"], [list(range(49))], golden_answers=[["851"]], search_trace=[trace])
     assert got.boundaries == [5, 49] and got.values[1] == pytest.approx(0.2 + 1.2)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Format violations: malformed steps are FORMAT (never judged, never paid the no-gap bonus)
+# ----------------------------------------------------------------------------------------------------------------
+
+INFO = "<information>Doc 1 (Title: Lothair II) His mother was Ermengarde.</information>"
+
+# completion -> (format violations, kind and malformed flag per step, credited answer)
+PARSE_ROWS = [
+    ("<search> q </search>" + INFO + "<answer> Paris </answer>", [], [("inference", False), ("conclusion", False)],
+     "Paris"),  # well formed
+    ("<answer>Paris</answer><search> capital </search>", ["search_after_answer"], [("conclusion", True)], "Paris"),
+    ("<answer>Paris</answer><answer>Lyon</answer>", ["multiple_answers"], [("conclusion", True)], "Paris"),
+    ("<answer>Paris</answer>\n<information>x</information>", ["information_after_answer"], [("conclusion", True)],
+     "Paris"),
+    ("<think>x</think><search> who is", ["unclosed_search", "no_answer"], [("inference", True)], None),  # truncated
+    ("<answer> Paris <search> capital </search> </answer>", ["search_inside_answer"], [("conclusion", True)], None),
+    ("<answer> Paris <answer> Lyon </answer>", ["answer_inside_answer"], [("conclusion", True)], None),
+    ("<answer> Paris <information> fake </information> </answer>", ["information_inside_answer"],
+     [("conclusion", True)], None),
+    ("<answer> Paris", ["unclosed_answer"], [("conclusion", True)], None),  # truncated inside the answer
+    ("<search>  </search><answer> Paris </answer>", ["empty_search"], [("inference", True), ("conclusion", False)],
+     "Paris"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "violations", "steps", "answer"), PARSE_ROWS)
+def test_parser_flags_format_violations(text, violations, steps, answer):
+    from procrl.rewards.stepgap.trace import parse_trace
+
+    t = parse_trace("q", text)
+    assert t.format_violations == violations
+    assert [(s.kind, s.malformed) for s in t.steps] == steps
+    assert t.answer == answer
+
+
+class RecordingVerifier:
+    """Labels every step it is asked about with `label` (IE for steps whose text holds `ie_marker`) and records
+    the step texts it saw."""
+
+    def __init__(self, label="NONE", ie_marker=None):
+        self.label, self.ie_marker, self.seen = label, ie_marker, []
+
+    def verify_many(self, traces):
+        self.seen += [s.text for t in traces for s in t.steps]
+        return [
+            [StepLabel("IE" if self.ie_marker and self.ie_marker in s.text else self.label) for s in t.steps]
+            for t in traces
+        ]
+
+
+MALFORMED = "<search> Ermengarde of"  # unclosed search at truncation
+
+# completion -> (R with gold "851" by hand, FORMAT steps); the verifier says NONE (IE where marked "IE")
+REWARD_ROWS = [
+    # clean: EM 1 + NONE 0.20 + NONE 0.20
+    ("<search> Lothair II mother </search>" + INFO + "<answer> 851 </answer>", 1.40, 0),
+    # a search after the answer: EM 1 (credited) + NONE 0.20 + FORMAT -0.10 (not NONE +0.20)
+    ("<search> Lothair II mother </search>" + INFO + "<answer> 851 </answer><search> more </search>", 1.10, 1),
+    # unclosed search at truncation: no answer, EM 0 + NONE 0.20 + FORMAT -0.10
+    ("<search> Lothair II mother </search>" + INFO + MALFORMED, 0.10, 1),
+    # an action tag inside the answer: not credited, EM 0 + FORMAT -0.10
+    ("<answer> 851 <information> Doc 1 </information> </answer>", -0.10, 1),
+    # IE then a malformed search: no repair (-0.10 ignored, not +0.10): -0.10 - 0.10 + FORMAT -0.10
+    ("<search> IE Lothair II mother </search>" + INFO + MALFORMED, -0.30, 1),
+    # after a FORMAT step a new search earns no repair bonus: FORMAT -0.10 + 0; NONE 0.20; NONE 0.20; EM 1
+    ("<search> who is <search> Ermengarde of Tours </search>" + INFO + "<answer> 851 </answer>", 1.30, 1),
+    # ... but the duplicate penalty still applies: FORMAT -0.10 - 0.05; NONE 0.20; NONE 0.20; EM 1
+    ("<search> Lothair II mother <search> Lothair II mother </search>" + INFO + "<answer> 851 </answer>", 1.25, 1),
+]
+
+
+@pytest.mark.parametrize(("text", "expected", "num_format"), REWARD_ROWS)
+def test_format_violations_cost_and_are_never_judged(text, expected, num_format):
+    from procrl.rewards.stepgap.trace import parse_trace
+
+    verifier = RecordingVerifier(ie_marker="IE")
+    logged = {}
+    (got,) = StepGapReward(verifier)(["Question: q"], [text], [[1]], golden_answers=[["851"]],
+                                     log_metric=lambda k, v: logged.setdefault(k, v))  # fmt: skip
+    assert got == pytest.approx(expected, abs=1e-9)
+    trace = parse_trace("q", text)
+    assert sum(s.malformed for s in trace.steps) == num_format
+    assert verifier.seen == [s.text for s in trace.steps if not s.malformed]  # malformed steps never judged
+    assert logged["stepgap/format_violations"] == num_format  # one completion
+    assert logged["stepgap/label_FORMAT"] == pytest.approx(num_format / len(trace.steps))
+
+
+def test_a_malformed_step_is_format_whatever_its_label():
+    step = _search("Lothair II mother", "<search> Lothair II mother")
+    step.malformed = True
+    trace = Trace("q", [step, _answer()], "851", [])
+    # NONE given for the malformed step still pays FORMAT: -0.10 + NONE 0.20 (the answer: no duplicate) = 0.10
+    assert stepgap_total(trace, [StepLabel("NONE"), StepLabel("NONE")], em=0.0) == pytest.approx(0.10)
+    config = StepGapRewardConfig(base_format=-0.3)
+    assert stepgap_total(trace, [StepLabel("NONE"), StepLabel("NONE")], 0.0, config) == pytest.approx(-0.10)
+    assert stepgap_total(trace, [StepLabel("FORMAT"), StepLabel("NONE")], 0.0, config) == pytest.approx(-0.10)
+    # a configurable penalty, never a bonus
+    assert StepGapRewardConfig(base_format=0.0).base("FORMAT") == 0.0
+    with pytest.raises(ValueError, match="base_format"):
+        StepGapRewardConfig(base_format=0.05)
+
+
+def test_step_rewards_put_format_on_the_malformed_turn():
+    from procrl.rewards.stepgap.trace import parse_trace
+
+    text = "<search> Lothair II mother </search>" + INFO + "<answer> 851 </answer><search> more </search>"
+    trace = parse_trace("q", text)
+    trace.steps[0].token_span, trace.steps[1].token_span = (0, 6), (20, 30)
+    (got,) = StepGapStepRewards(RecordingVerifier())(["q"], [text], [list(range(40))], golden_answers=[["851"]],
+                                                     search_trace=[trace])  # fmt: skip
+    # step 0: NONE 0.20; the conclusion: FORMAT -0.10 + EM 1.0, on the tokens to the end (the trailing search too)
+    assert got == StepRewards(values=[pytest.approx(0.20), pytest.approx(0.90)], boundaries=[6, 40])
+
+
+def test_format_penalty_is_a_script_option():
+    from pathlib import Path
+
+    from procrl.train_grpo import make_parser
+
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "grpo" / "stepgap_2wiki_smollm2.yaml")
+    script_args, _, _ = make_parser().parse_args_and_config(args=["--config", config])
+    assert script_args.stepgap_format_penalty == -0.10
+    script_args, _, _ = make_parser().parse_args_and_config(
+        args=["--config", config, "--stepgap_format_penalty", "-0.3"]
+    )
+    assert script_args.stepgap_format_penalty == -0.3
+    with pytest.raises(ValueError, match="stepgap_format_penalty"):
+        make_parser().parse_args_and_config(args=["--config", config, "--stepgap_format_penalty", "0.1"])
