@@ -2,9 +2,11 @@
 
 `normalize_answer` is SQuAD's normalisation: lower case, punctuation removed, the articles "a", "an", "the"
 removed as words, whitespace collapsed. `exact_match(prediction, golds)` is 1.0 when the normalised prediction
-equals the normalised form of ANY gold alias (max over aliases), else 0.0. A gold whose normalised form is empty
-(e.g. "A", "the", "...") never matches anything, not even an empty prediction, so a degenerate gold cannot hand
-out reward.
+equals the normalised form of ANY gold alias (max over aliases), else 0.0. SQuAD's normalisation erases a gold that
+is only an article ("A", "The": multiple-choice letters, one-word titles); for such a gold the prediction and the
+gold are compared without dropping articles (case-folded, punctuation removed, whitespace collapsed), so "a" matches
+"A" and "B" does not. A gold that is empty even then ("", "...") never matches anything, and an empty prediction
+never matches, so a degenerate gold cannot hand out reward.
 
 `em_reward` is the TRL reward function for search rollouts: the prediction is the `<answer>…</answer>` of the
 completion, parsed by `procrl.rewards.stepgap.trace.parse_trace` (so a `<search>` inside the answer, an
@@ -15,6 +17,8 @@ can never be credited.
     1.0
     >>> exact_match("not Mark Twain", ["Mark Twain"])
     0.0
+    >>> exact_match("(A)", ["A"]), exact_match("B", ["A"])
+    (1.0, 0.0)
     >>> em_reward(prompts=["q"], completions=["<answer> The Beatles </answer>"], completion_ids=[[1]],
     ...           golden_answers=[["Beatles", "Fab Four"]])
     [1.0]
@@ -43,10 +47,17 @@ def normalize_answer(text: str) -> str:
     >>> normalize_answer("  The  Eiffel-Tower! ")
     'eiffeltower'
     """
-    text = str(text).lower()
-    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+    return " ".join(_ARTICLES.sub(" ", _fold(text)).split())
+
+
+def _fold(text: str) -> str:
+    """Lower case, punctuation removed (SQuAD's steps before dropping articles)."""
+    return "".join(ch for ch in str(text).lower() if ch not in _PUNCTUATION)
+
+
+def _fold_spaces(text: str) -> str:
+    """Case-folded, punctuation removed, whitespace collapsed; articles kept (for golds that are only articles)."""
+    return " ".join(_fold(text).casefold().split())
 
 
 def gold_list(golds: Any) -> list[str]:
@@ -63,6 +74,10 @@ def gold_list(golds: Any) -> list[str]:
 def exact_match(prediction: str | None, golds: Any) -> float:
     """1.0 if normalize(prediction) equals normalize(g) for some alias g with a non-empty normal form, else 0.0.
 
+    A gold whose SQuAD normal form is empty ("A", "The") is compared without dropping articles instead: case-folded,
+    punctuation removed, whitespace collapsed ("(a)" matches "A"; "B" does not). Nothing ever matches a gold that is
+    empty even then, and an empty prediction never matches.
+
     Args:
         prediction: the predicted answer text; None (no answer) gives 0.0.
         golds: one gold string or a list of aliases.
@@ -72,7 +87,10 @@ def exact_match(prediction: str | None, golds: Any) -> float:
     pred = normalize_answer(prediction)
     for gold in gold_list(golds):
         norm = normalize_answer(gold)
-        if norm and norm == pred:
+        if norm:
+            if norm == pred:
+                return 1.0
+        elif (folded := _fold_spaces(gold)) and folded == _fold_spaces(prediction):
             return 1.0
     return 0.0
 

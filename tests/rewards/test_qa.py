@@ -8,9 +8,19 @@ from procrl.rewards.qa import em_reward, exact_match, normalize_answer
 @pytest.mark.parametrize(
     ("prediction", "golds", "expected"),
     [
-        ("B", ["A"], 0.0),  # gold "A" normalises to "" (an article): an empty gold never matches
-        ("", ["A"], 0.0),  # ... not even an empty prediction
+        ("B", ["A"], 0.0),  # gold "A" normalises to "" (an article): compared as "a", which "b" is not
+        ("", ["A"], 0.0),  # ... and an empty prediction never matches it
         ("", ["the"], 0.0),
+        ("A", ["A"], 1.0),  # the correct one-letter answer: SQuAD gives "" == "" (refused), the fallback "a" == "a"
+        ("a.", ["A"], 1.0),  # case-folded, punctuation removed: "a" == "a"
+        ("(A)", ["A"], 1.0),  # parentheses are punctuation: "a" == "a"
+        ("The", ["The"], 1.0),  # an article-only gold: "the" == "the"
+        ("  the  ", ["The"], 1.0),  # whitespace collapsed: "the" == "the"
+        ("A", ["The"], 0.0),  # "a" != "the": articles are not interchangeable in the fallback
+        ("An", ["A"], 0.0),  # "an" != "a"
+        ("A", ["..."], 0.0),  # a gold that is empty even without dropping articles never matches
+        ("", ["..."], 0.0),  # ... not even an empty prediction
+        ("A", ["B", "A"], 1.0),  # max over aliases also with the fallback
         ("Black.", ["black"], 1.0),  # case and punctuation
         ("not Mark Twain", ["Mark Twain"], 0.0),  # no substring credit
         ("100", ["10"], 0.0),
