@@ -4,14 +4,19 @@ the gold answer cannot be parsed (DESIGN §3 "Outcome checking", §4 "Outcome").
 Pipeline
 --------
 1. ``extract_answer`` finds the final answer of a completion with plain regular expressions (linear time):
-   the last ``\\boxed{...}``/``\\fbox{...}``, else the last "The answer is ...", else the last ``#### ...``
-   line, else None. There is deliberately no "last number anywhere" fallback: a policy could learn to
-   spray numbers. Only the last ``TAIL_CHARS`` (4,000) characters of a completion are searched.
+   the last ``\\boxed{...}``/``\\fbox{...}`` (or brace-less ``\\boxed 2``), else the last "The answer is ...",
+   else the text after the last ``####`` (anywhere in a line), else None. There is deliberately no "last number
+   anywhere" fallback: a policy could learn to spray numbers. That is ``answer_extraction="strict"``, the
+   default; ``"flexible"`` (``get_outcome_reward("flexible")``) adds the last number of the final sentence. Only
+   the last ``TAIL_CHARS`` (4,000) characters of a completion are searched.
 2. ``parse_gold`` reads a gold answer: GSM8K solutions (``#### N``, ``<<48/2=24>>`` annotations ignored),
    plain numbers, MATH-style LaTeX. Prose golds ("see figure", "N/A") are unparseable, never reward 1.0.
 3. Both sides go through math-verify (``parse`` with ``LatexExtractionConfig`` on ``\\boxed{<answer>}``,
    then ``verify(gold, answer)``); we never compare symbolically ourselves. Numbers are normalised first
-   (sign, ``$``, thousands separators only in 3-digit groups, trailing period), so "1,25" is not 125.
+   (sign, ``$``, thousands separators only in 3-digit groups, trailing period), so "1,25" is not 125. Two
+   numbers (also inside tuples, finite sets and intervals) are compared here instead, because math-verify's
+   numeric comparison has absolute tolerances (it pays 1/2^98 for 1/2^99): exactly when both are rational,
+   relatively otherwise (the rule is in ``is_correct``).
 
 Time limits (why not math-verify's own)
 ---------------------------------------
@@ -58,10 +63,13 @@ from typing import Any
 from procrl.utils import check_reward_length, completion_to_text, get_logger
 
 __all__ = [
+    "ANSWER_EXTRACTION_MODES",
     "DEFAULT_TIMEOUT_S",
     "MAX_ANSWER_CHARS",
+    "OutcomeReward",
     "TAIL_CHARS",
     "extract_answer",
+    "get_outcome_reward",
     "is_correct",
     "outcome_reward",
     "parse_gold",
@@ -77,7 +85,12 @@ TAIL_CHARS: int = 4_000
 #: An extracted answer (or gold value) longer than this many characters is treated as absent/unparseable.
 MAX_ANSWER_CHARS: int = 1_000
 
+#: How ``extract_answer`` finds the final answer of a completion: "strict" (an explicit marker: a box,
+#: "The answer is ..." or "#### ...") or "flexible" (also the last number of the final sentence).
+ANSWER_EXTRACTION_MODES: tuple[str, ...] = ("strict", "flexible")
+
 _UNPARSEABLE_METRIC = "outcome/unparseable_gold"
+_NO_ANSWER_METRIC = "outcome/no_answer_{mode}"  # one key per extraction mode: modes never mix in one metric
 _GRACE_S = 2.0  # extra seconds the caller waits for a worker process before killing it
 _STARTUP_TIMEOUT_S = 60.0  # seconds a new worker process may take to import math-verify and warm up
 _MAX_IDLE_WORKERS = 4
@@ -88,18 +101,26 @@ _MAX_IDLE_WORKERS = 4
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
+# A brace-less box (``\boxed 2``, ``\boxed \frac12``) holds everything up to the end of its math span or line, as
+# in the MATH data set's reference code (``last_boxed_only_string``: ``split("$")[0]``).
+_BRACELESS_END = re.compile(r"\$|\\\]|\\\)|\n")
 _ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?[ \t]*", re.IGNORECASE)
-_HASHES = re.compile(r"^[ \t]*####[ \t]*(.*)$", re.MULTILINE)
+_HASHES = re.compile(r"(?<!#)####(?!#)[ \t]*(.*)$", re.MULTILINE)  # anywhere in a line: "Adding up: #### 1,000"
 _CALCULATOR = re.compile(r"<<[^<>\n]*>>")
-# A number: optional sign, optional currency, digits with thousands separators in 3-digit groups only (or
-# none), optional decimals, optional percent. The lookahead forbids stopping inside a longer number, so
-# "1,25" and "12,345,67" are not numbers at all (rather than 1 or 12,345).
-_NUMBER = re.compile(
-    r"(?P<sign>[-+]?)[ \t]*(?:\\?\$)?[ \t]*(?P<sign2>[-+]?)"
-    r"(?P<num>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?!\d|[.,]\d)"
-    r"(?P<pct>[ \t]*\\?%)?"
+# A number: optional sign, optional currency, digits with thousands separators ("," or LaTeX's "{,}") in 3-digit
+# groups only (or none), optional decimals, an optional exponent ("1e-30"), optional percent. The lookahead forbids
+# stopping inside a longer number, so "1,25" and "12,345,67" are not numbers at all (rather than 1 or 12,345).
+_NUMBER_BODY = (
+    r"(?P<num>\d{1,3}(?:(?:,|\{,\})\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)(?:[eE](?P<exp>[-+]?\d+))?"
+    r"(?!\d|[.,]\d|\{,\}\d)(?P<pct>[ \t]*\\?%)?"
 )
+_NUMBER = re.compile(r"(?P<sign>[-+]?)[ \t]*(?:\\?\$)?[ \t]*(?P<sign2>[-+]?)" + _NUMBER_BODY)
+# A number inside a sentence (answer_extraction="flexible"): not part of a word, a longer number, an exponent or
+# a LaTeX argument ("x2", "m^{2}", "\frac{1}{2}" hold no number here); "$9{,}500$" and "-3" do.
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.,{}^_\\-])(?P<sign>-?)(?:\\?\$)?(?P<sign2>)" + _NUMBER_BODY + r"(?![\w^_])")
+_FINAL_PUNCT = re.compile(r"[\s.!?*_]+$")
+_SENTENCE_BREAK = re.compile(r"[.!?](?=\s)|\n")
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
 _PUNCT = re.compile(r"[.,;:!?)\]]+")
@@ -145,14 +166,21 @@ def _balanced(text: str, start: int) -> str | None:
     return None
 
 
-def _last_box(text: str) -> tuple[bool, str | None]:
-    """(found, content) of the last ``\\boxed{}``/``\\fbox{}``; content is None when that box is truncated."""
+def _last_box(text: str) -> tuple[bool, str | None, bool]:
+    """(found, content, braced) of the last ``\\boxed``/``\\fbox``. ``\\boxed{...}`` holds its balanced group
+    (None when it never closes: truncated); a brace-less ``\\boxed 2`` / ``\\boxed \\frac12`` holds the text up to
+    the next ``$``, ``\\]``, ``\\)`` or line end (None when that is empty)."""
     last = None
-    for last in _BOX_OPEN.finditer(text):  # noqa: B007 - we want the last match
+    for last in _BOX.finditer(text):  # noqa: B007 - we want the last match
         pass
     if last is None:
-        return False, None
-    return True, _balanced(text, last.end())
+        return False, None, True
+    start = last.end()
+    if start < len(text) and text[start] == "{":
+        return True, _balanced(text, start + 1), True
+    end = _BRACELESS_END.search(text, start)
+    content = text[start : end.start() if end else len(text)].strip()
+    return True, content or None, False
 
 
 def _number(text: str, *, loose: bool) -> str | None:
@@ -168,10 +196,17 @@ def _number(text: str, *, loose: bool) -> str | None:
     rest = text[match.end() :]
     if not _number_ends(rest, loose=loose):
         return None
+    return _canonical_number(match)
+
+
+def _canonical_number(match: re.Match) -> str:
+    """The canonical number ("-1250.00", "50\\%", "1\\times10^{-30}") of a match of ``_NUMBER``/``_NUMBER_IN_TEXT``."""
     sign = "-" if "-" in (match.group("sign") + match.group("sign2")) else ""
-    number = match.group("num").replace(",", "")
+    number = match.group("num").replace("{,}", "").replace(",", "")
     if number.startswith("."):
         number = "0" + number
+    if match.group("exp") is not None:  # math-verify reads "1e-30" as e - 30 (Euler's number)
+        number += "\\times10^{" + match.group("exp") + "}"
     return sign + number + ("\\%" if match.group("pct") else "")
 
 
@@ -246,17 +281,44 @@ def _after_phrase(text: str, start: int) -> str:
     return ""
 
 
-def extract_answer(text: str) -> str | None:
+def _final_sentence_number(text: str) -> str | None:
+    """The last number of the final sentence of ``text`` (answer_extraction="flexible"), canonical, or None."""
+    body = _FINAL_PUNCT.sub("", text)
+    breaks = None
+    for breaks in _SENTENCE_BREAK.finditer(body):  # noqa: B007 - we want the last match
+        pass
+    sentence = body[breaks.end() :] if breaks is not None else body
+    number = None
+    for number in _NUMBER_IN_TEXT.finditer(sentence):  # noqa: B007 - we want the last match
+        pass
+    return None if number is None else _canonical_number(number)
+
+
+def _check_extraction(answer_extraction: str) -> str:
+    if answer_extraction not in ANSWER_EXTRACTION_MODES:
+        raise ValueError(
+            f"answer_extraction={answer_extraction!r} is not one of {ANSWER_EXTRACTION_MODES}: use 'strict' (a box, "
+            "'The answer is ...' or '#### ...'; the default) or 'flexible' (also the last number of the final sentence)."
+        )
+    return answer_extraction
+
+
+def extract_answer(text: str, *, answer_extraction: str = "strict") -> str | None:
     """The final answer written in a completion, normalised for comparison, or None when there is none.
 
-    Order: the LAST ``\\boxed{...}`` or ``\\fbox{...}`` (balanced braces, nesting allowed; when the last
-    box never closes, e.g. a truncated ``\\boxed{3``, the answer is None), else the last
-    "The answer is ..." (a number with optional sign, ``$``, 3-digit-group thousands separators, decimals
-    and ``%``; or a LaTeX/plain expression up to the end of the sentence or line), else the last
-    ``#### ...`` line. There is no "last number anywhere" fallback. Only the last ``TAIL_CHARS``
-    characters are searched; control characters are ignored; answers longer than ``MAX_ANSWER_CHARS``
-    characters count as absent. Numbers come back canonical ("1250", "-3"), other answers as LaTeX.
-    Never raises: anything that is not a string gives None.
+    ``answer_extraction="strict"`` (the default) looks for an explicit answer marker, in this order: the LAST
+    ``\\boxed{...}`` or ``\\fbox{...}`` (balanced braces, nesting allowed; when the last box never closes, e.g. a
+    truncated ``\\boxed{3``, the answer is None; a brace-less ``\\boxed 2`` or ``\\boxed \\frac12`` holds the text up
+    to the next ``$``, ``\\]``, ``\\)`` or line end, as in the MATH data set), else the last "The answer is ..." (a
+    number with optional sign, ``$``, 3-digit-group thousands separators written ``,`` or ``{,}``, decimals, an
+    exponent and ``%``; or a LaTeX/plain expression up to the end of the sentence or line), else the text after
+    the last ``####`` (anywhere in a line). There is no "last number anywhere" fallback: a policy could learn to
+    spray numbers. ``answer_extraction="flexible"`` adds one fallback after these: the last number of the final
+    sentence ("The total is $9{,}500$." gives 9500; same number rules; a final sentence without a number gives
+    None). Only the last ``TAIL_CHARS`` characters are searched; control characters are ignored; answers longer
+    than ``MAX_ANSWER_CHARS`` characters count as absent. Numbers come back canonical ("1250", "-3",
+    "1\\times10^{-30}"), other answers as LaTeX. Never raises for bad text (anything that is not a string gives
+    None); raises ValueError for an unknown ``answer_extraction``.
 
     >>> extract_answer(r"First \\boxed{3}, then finally \\boxed{\\frac{1}{2}}.")
     '\\\\frac{1}{2}'
@@ -264,13 +326,18 @@ def extract_answer(text: str) -> str | None:
     '1250'
     >>> extract_answer(r"truncated \\boxed{3") is None
     True
+    >>> extract_answer(r"so the result is $\\boxed 2$.")
+    '2'
+    >>> extract_answer("The total is $9{,}500$.") is None, extract_answer("The total is $9{,}500$.", answer_extraction="flexible")
+    (True, '9500')
     """
+    _check_extraction(answer_extraction)
     if not isinstance(text, str) or not text:
         return None
     text = _clean(text[-TAIL_CHARS:])
-    found, content = _last_box(text)
+    found, content, braced = _last_box(text)
     if found:
-        return _value(content, loose=False)
+        return _value(content, loose=not braced)
     phrase = None
     for phrase in _ANSWER_IS.finditer(text):  # noqa: B007 - we want the last match
         pass
@@ -281,6 +348,8 @@ def extract_answer(text: str) -> str | None:
         pass
     if hashes is not None:
         return _value(hashes.group(1), loose=True)
+    if answer_extraction == "flexible":
+        return _final_sentence_number(text)
     return None
 
 
@@ -303,9 +372,9 @@ def _gold_value(gold: Any) -> str | None:
         value = text.rsplit("####", 1)[1].strip()
         value = value.split("\n", 1)[0] if value else value
         return _checked_gold(_value(value, loose=True))
-    found, content = _last_box(text)
+    found, content, braced = _last_box(text)
     if found:  # MATH-style full solution
-        return _checked_gold(_value(content, loose=False))
+        return _checked_gold(_value(content, loose=not braced))
     return _checked_gold(_value(text, loose=False))
 
 
@@ -358,14 +427,157 @@ def _op_gold_ok(value: str) -> bool:
     return _parsed_gold(value) is not None
 
 
+# ---- numbers: exact for rationals, relative otherwise (never math-verify's absolute tolerance) -------------
+#
+# math-verify 0.9.0 compares numbers with absolute tolerances: a Float against anything by rounding both to
+# ``float_rounding`` (6) decimals (math_verify/grader.py:162-166: 1e-7 equals 2e-7), and other numeric expressions by
+# ``(a - b).evalf(chop=True, n=numeric_precision) == 0`` (grader.py:177-179), which chops any difference below about
+# 1e-15 to zero: 1/2^99 "equals" 1/2^98, e^-100 equals e^-101. Raising float_rounding/numeric_precision only moves
+# the threshold. So when both sides are numbers we decide ourselves (``_numeric_verdict``) and call math-verify's
+# public ``verify`` only for everything else, where its tolerances remain: expressions with variables (x + 1/2^99
+# still "equals" x + 1/2^98), other equations and inequalities, matrices, containers mixing kinds (interval vs tuple).
+# Mirrored math-verify behaviour: ``x = 5`` against 5 or ``x = 5`` (grader.py:646-671), X\% against X and X/100
+# (grader.py:99-102, 160-171), tuples in order and finite sets sorted by value (grader.py:219-262), intervals by
+# openness and endpoints (grader.py:265-283).
+
+_DECIMAL_RTOL = 1e-6  # a decimal against an irrational number: about six significant digits
+_EXACT_RTOL = 1e-30  # two exact expressions, at least one irrational: equal up to evaluation error at _EVAL_DIGITS
+_EVAL_DIGITS = 50
+
+
+def _percent_base(expr: Any) -> Any:
+    """X for math-verify's parse of X\\% (``X*UnevaluatedExpr(1/100)``, grader.py:99-102), else None."""
+    from sympy import Mul, Rational, UnevaluatedExpr
+
+    if isinstance(expr, Mul) and len(expr.args) == 2 and expr.args[1] == UnevaluatedExpr(Rational(1, 100)):
+        return expr.args[0]
+    return None
+
+
+def _exact_number(expr: Any) -> tuple[Any, bool] | None:
+    """(exact value, written with a decimal point) of a finite closed-form number, else None. A decimal is the
+    rational number it writes (0.333333 = 333333/10^6): math-verify's Floats become Rationals of their digits."""
+    from sympy import Expr, Float, Rational, nan, zoo
+
+    if not isinstance(expr, Expr) or expr.free_symbols or expr.is_number is not True:
+        return None
+    floats = expr.atoms(Float)
+    value = (expr.xreplace({f: Rational(str(f)) for f in floats}) if floats else expr).doit()
+    if not isinstance(value, Expr) or value.is_number is not True or value.has(nan, zoo) or value.is_finite is not True:
+        return None
+    return value, bool(floats)
+
+
+def _numbers_equal(a: Any, b: Any) -> bool | None:
+    """The rule for two numbers (see ``is_correct``); None when either is not a finite closed-form number."""
+    from sympy import N, Number, Rational
+
+    exact_a, exact_b = _exact_number(a), _exact_number(b)
+    if exact_a is None or exact_b is None:
+        return None
+    (value_a, decimal_a), (value_b, decimal_b) = exact_a, exact_b
+    if isinstance(value_a, Rational) and isinstance(value_b, Rational):
+        return bool(value_a == value_b)  # exact: 1/2^99 != 1/2^98, 1e-30 != 2e-30, 0.5 == 1/2
+    rtol = _DECIMAL_RTOL if decimal_a or decimal_b else _EXACT_RTOL
+    diff = abs(N(value_a - value_b, _EVAL_DIGITS))
+    scale = max(abs(N(value_a, _EVAL_DIGITS)), abs(N(value_b, _EVAL_DIGITS)))
+    if not (isinstance(diff, Number) and isinstance(scale, Number)):
+        return None
+    return bool(diff <= rtol * scale)  # relative: e^-100 != e^-101, 3.14159 == pi, 355/113 != pi
+
+
+def _numbers_or_percent_equal(gold: Any, pred: Any) -> bool | None:
+    """``_numbers_equal``, where X\\% on one side also equals a bare X on the other (as math-verify: 50\\% == 50)."""
+    gold_base, pred_base = _percent_base(gold), _percent_base(pred)
+    equal = _numbers_equal(gold, pred)
+    if equal is None or equal or (gold_base is None) == (pred_base is None):
+        return equal
+    return bool(_numbers_equal(gold_base, pred) if gold_base is not None else _numbers_equal(gold, pred_base))
+
+
+def _relations(expr: Any) -> list | None:
+    """The equations of ``expr`` in written order (``x = 3 + 4 = 7`` is a chain), or None when it is not one."""
+    from sympy import Eq
+
+    if isinstance(expr, Eq):
+        return [expr]
+    args = getattr(expr, "_unsorted_args", None)  # latex2sympy's And keeps the written order
+    if type(expr).__name__ == "And" and args and all(isinstance(arg, Eq) for arg in args):
+        return list(args)
+    return None
+
+
+def _sorted_numbers(items: Sequence[Any]) -> list | None:
+    from sympy import N
+
+    keyed = []
+    for item in items:
+        exact = _exact_number(item)
+        if exact is None or exact[0].is_extended_real is not True:
+            return None
+        keyed.append((N(exact[0], _EVAL_DIGITS), item))
+    return [item for _, item in sorted(keyed, key=lambda pair: pair[0])]
+
+
+def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
+    """Whether two parsed answers that are numbers (or tuples, finite sets or intervals of numbers) are equal;
+    None when they are not both of that kind, so that math-verify decides."""
+    from sympy import FiniteSet, Interval, Tuple
+
+    gold_relations, pred_relations = _relations(gold), _relations(pred)
+    if gold_relations is not None and pred_relations is not None:  # "x = 5" against "x = 5": the values, same name
+        if not (gold_relations[0].lhs.is_Symbol and gold_relations[0].lhs == pred_relations[0].lhs):
+            return None
+        gold, pred = gold_relations[-1].rhs, pred_relations[-1].rhs
+    elif pred_relations is not None:  # answer "x = 5" against gold 5 (grader.py:663-667)
+        pred = pred_relations[-1].rhs
+    elif gold_relations is not None:  # gold assignment "x = 5" against answer 5 (grader.py:646-671)
+        if not gold_relations[0].lhs.is_Symbol:
+            return None
+        gold = gold_relations[-1].rhs
+    if isinstance(gold, Interval) and isinstance(pred, Interval):
+        if (gold.left_open, gold.right_open) != (pred.left_open, pred.right_open):
+            return False
+        ends = [_endpoint_verdict(gold.start, pred.start), _endpoint_verdict(gold.end, pred.end)]
+        return None if None in ends else all(ends)
+    for kind in (Tuple, FiniteSet):
+        if isinstance(gold, kind) and isinstance(pred, kind):
+            gold_items, pred_items = list(gold.args), list(pred.args)
+            if kind is FiniteSet:
+                gold_items, pred_items = _sorted_numbers(gold_items), _sorted_numbers(pred_items)
+                if gold_items is None or pred_items is None:
+                    return None
+            if len(gold_items) != len(pred_items):
+                return None
+            verdicts = [_numeric_verdict(g, p) for g, p in zip(gold_items, pred_items, strict=True)]
+            return None if None in verdicts else all(verdicts)
+    return _numbers_or_percent_equal(gold, pred)
+
+
+def _endpoint_verdict(gold: Any, pred: Any) -> bool | None:
+    if gold.is_infinite or pred.is_infinite:
+        return bool(gold == pred)
+    return _numbers_equal(gold, pred)
+
+
 def _op_verify(gold_value: str, answer: str) -> bool:
     from math_verify import verify
+    from sympy import Basic
 
     gold = _parsed_gold(gold_value)
     if gold is None:
         return False
     target = _mv_parse(answer)
-    return bool(target) and bool(verify(list(gold), target, timeout_seconds=None))
+    for gold_item in gold:  # every pair, as verify() does (grader.py:887-889)
+        for target_item in target:
+            verdict = None
+            if isinstance(gold_item, Basic) and isinstance(target_item, Basic):
+                verdict = _numeric_verdict(gold_item, target_item)
+            if verdict is None:
+                verdict = bool(verify([gold_item], [target_item], timeout_seconds=None))
+            if verdict:
+                return True
+    return False
 
 
 _OPS: dict[str, Callable[..., Any]] = {
@@ -633,7 +845,8 @@ def parse_gold(gold: str | None, *, timeout_s: float | None = None) -> list | No
     Accepts GSM8K solutions (text ending in ``#### N``; calculator annotations ``<<48/2=24>>`` are
     ignored, the sign is kept, ``$`` and 3-digit-group thousands separators are dropped, text after the
     number is ignored), plain numbers ("27", "27.0"), and MATH-style LaTeX (``\\frac{1}{2}``, ``50\\%``,
-    ``\\dfrac{\\pi}{2}``, ``\\text{13}``, or a full solution whose last ``\\boxed{}`` holds the answer).
+    ``\\dfrac{\\pi}{2}``, ``\\text{13}``, or a full solution whose last ``\\boxed{}`` holds the answer; MATH's
+    brace-less ``$\\boxed 2$`` reads as ``\\boxed{2}``).
     Unparseable: None, "", prose ("see figure", "N/A"), a value longer than ``MAX_ANSWER_CHARS``
     characters, anything math-verify turns into no sympy object, and a parse that takes longer than
     ``timeout_s`` seconds (default ``DEFAULT_TIMEOUT_S``). Never raises for bad input.
@@ -652,14 +865,29 @@ def parse_gold(gold: str | None, *, timeout_s: float | None = None) -> list | No
     return parsed if status == "ok" else None
 
 
-def is_correct(completion: Any, gold: str | None, *, timeout_s: float | None = None) -> bool | None:
+def is_correct(
+    completion: Any, gold: str | None, *, timeout_s: float | None = None, answer_extraction: str = "strict"
+) -> bool | None:
     """Whether the final answer of ``completion`` equals ``gold``; None iff the gold cannot be parsed.
 
-    ``completion`` is a string or a TRL message list (anything else counts as an empty completion); its
-    answer comes from ``extract_answer`` and is compared with math-verify, so numbers compare as numbers
-    ("0.5" equals ``\\frac{1}{2}``). A completion without an answer, or a comparison that takes longer
-    than ``timeout_s`` seconds (default ``DEFAULT_TIMEOUT_S``), is False. Safe to call from any thread;
-    never raises for bad input.
+    ``completion`` is a string or a TRL message list (anything else counts as an empty completion); its answer
+    comes from ``extract_answer(..., answer_extraction=answer_extraction)`` ("strict" by default) and is compared
+    with math-verify, so expressions compare as mathematics (``\\pi/2`` equals ``\\dfrac{\\pi}{2}``, ``x = 5``
+    equals 5). When both sides are numbers (or tuples, finite sets or intervals of numbers) they are compared here,
+    never with an absolute tolerance:
+
+    * both rational (integers, fractions, decimals, which are the rational numbers they write): exactly equal.
+      "0.5" equals ``\\frac{1}{2}``; ``\\frac{1}{2^{98}}`` does not equal ``\\frac{1}{2^{99}}``, nor 2e-30 1e-30, nor
+      0.333333 ``\\frac{1}{3}`` (a rational gold can be written exactly, so an approximation is wrong);
+    * a decimal against an irrational number: relative difference at most 1e-6, |a - b| <= 1e-6 * max(|a|, |b|),
+      about six significant digits. "3.14159" equals ``\\pi`` (|3.14159 - pi| = 2.65e-6 <= 3.14e-6), "3.1416"
+      does not (7.35e-6);
+    * two exact expressions with an irrational value: equal at 50 significant digits (relative 1e-30), so
+      ``\\sqrt{8}`` equals ``2\\sqrt{2}`` but ``\\frac{355}{113}`` is not ``\\pi`` and ``e^{-101}`` is not ``e^{-100}``.
+
+    X\\% also equals a bare X (as in math-verify: ``50\\%`` equals both 50 and 0.5). A completion without an answer,
+    or a comparison that takes longer than ``timeout_s`` seconds (default ``DEFAULT_TIMEOUT_S``), is False. Safe to
+    call from any thread; never raises for bad input (ValueError for an unknown ``answer_extraction``).
 
     >>> is_correct(r"Half of one is \\boxed{\\frac{1}{2}}", "0.5")
     True
@@ -667,7 +895,12 @@ def is_correct(completion: Any, gold: str | None, *, timeout_s: float | None = N
     False
     >>> is_correct("The answer is 3.", "see figure") is None
     True
+    >>> is_correct(r"\\boxed{\\frac{1}{2^{98}}}", r"\\frac{1}{2^{99}}"), is_correct(r"\\boxed{3.14159}", r"\\pi")
+    (False, True)
+    >>> is_correct("The total is 12.", "12"), is_correct("The total is 12.", "12", answer_extraction="flexible")
+    (False, True)
     """
+    _check_extraction(answer_extraction)
     timeout_s = _timeout(timeout_s)
     value = _gold_value(gold)
     if value is None:
@@ -675,15 +908,56 @@ def is_correct(completion: Any, gold: str | None, *, timeout_s: float | None = N
     status, ok = _bounded("gold_ok", (value,), timeout_s)
     if status != "ok" or not ok:
         return None
-    return _answer_matches(value, completion, timeout_s)
+    return _answer_matches(
+        value, extract_answer(completion_to_text(completion), answer_extraction=answer_extraction), timeout_s
+    )
 
 
-def _answer_matches(gold_value: str, completion: Any, timeout_s: float) -> bool:
-    answer = extract_answer(completion_to_text(completion))
+def _answer_matches(gold_value: str, answer: str | None, timeout_s: float) -> bool:
     if answer is None:
         return False
     status, ok = _bounded("verify", (gold_value, answer), timeout_s)
     return status == "ok" and ok is True
+
+
+def _outcome_rewards(
+    name: str, answer_extraction: str, completions: Sequence[Any] | None, answer: Any, kwargs: dict
+) -> list[float | None]:
+    """The body of ``outcome_reward`` and ``OutcomeReward``; ``name`` is the reward's name in error messages."""
+    if answer is None:
+        raise ValueError(
+            f"{name} needs the gold answers: the dataset must have an `answer` column "
+            "(TRL passes dataset columns to reward functions as keyword arguments)."
+        )
+    if completions is None:
+        raise ValueError(f"{name} needs `completions` (one per gold answer).")
+    if isinstance(answer, str) or not isinstance(answer, Sequence):
+        raise ValueError(f"{name}: `answer` must be a list with one gold per completion, got {type(answer).__name__}.")
+    if len(answer) != len(completions):
+        raise ValueError(
+            f"{name}: got {len(answer)} gold answers for {len(completions)} completions; "
+            "the `answer` column must have exactly one entry per completion."
+        )
+    timeout_s = _timeout(None)
+    gold_ok: dict[str, bool] = {}  # one parse per distinct gold per batch (GRPO repeats each gold G times)
+    rewards: list[float | None] = []
+    no_answer = 0
+    for completion, gold in zip(completions, answer, strict=True):
+        extracted = extract_answer(completion_to_text(completion), answer_extraction=answer_extraction)
+        no_answer += extracted is None
+        value = _gold_value(gold)
+        if value is not None and value not in gold_ok:
+            status, ok = _bounded("gold_ok", (value,), timeout_s)
+            gold_ok[value] = status == "ok" and bool(ok)
+        if value is None or not gold_ok[value]:
+            rewards.append(None)
+        else:
+            rewards.append(1.0 if _answer_matches(value, extracted, timeout_s) else 0.0)
+    log_metric = kwargs.get("log_metric")
+    if callable(log_metric) and rewards:
+        log_metric(_UNPARSEABLE_METRIC, sum(reward is None for reward in rewards) / len(rewards))
+        log_metric(_NO_ANSWER_METRIC.format(mode=answer_extraction), no_answer / len(rewards))
+    return check_reward_length(name, rewards, len(completions))
 
 
 def outcome_reward(
@@ -695,46 +969,63 @@ def outcome_reward(
     **kwargs: Any,
 ) -> list[float | None]:
     """TRL reward function: 1.0 when a completion's final answer equals its gold, 0.0 otherwise, None when
-    the gold cannot be parsed (so it never earns 1.0).
+    the gold cannot be parsed (so it never earns 1.0). Answers are extracted strictly (``answer_extraction=
+    "strict"``: a box, "The answer is ..." or "#### ..."); ``get_outcome_reward("flexible")`` is the lenient one.
 
     ``answer`` is the dataset's gold column, one string per completion (TRL repeats it per generation).
-    When TRL passes ``log_metric``, the fraction of golds in this batch that cannot be parsed is logged
-    as ``outcome/unparseable_gold``. Each check is limited to ``DEFAULT_TIMEOUT_S`` seconds (a timeout is
-    0.0) and works from any thread. Raises ValueError when ``answer`` is missing or its length differs
-    from the number of completions.
+    When TRL passes ``log_metric``, two fractions of this batch's completions are logged:
+    ``outcome/unparseable_gold`` (gold cannot be parsed) and ``outcome/no_answer_strict`` (no answer could be
+    extracted). Each check is limited to ``DEFAULT_TIMEOUT_S`` seconds (a timeout is 0.0) and works from any
+    thread. Raises ValueError when ``answer`` is missing or its length differs from the number of completions.
 
     >>> outcome_reward(completions=[r"\\boxed{4}", "The answer is 5", "no idea"], answer=["4", "4", "4"])
     [1.0, 0.0, 0.0]
     """
-    if answer is None:
-        raise ValueError(
-            "outcome_reward needs the gold answers: the dataset must have an `answer` column "
-            "(TRL passes dataset columns to reward functions as keyword arguments)."
-        )
-    if completions is None:
-        raise ValueError("outcome_reward needs `completions` (one per gold answer).")
-    if isinstance(answer, str) or not isinstance(answer, Sequence):
-        raise ValueError(
-            f"outcome_reward: `answer` must be a list with one gold per completion, got {type(answer).__name__}."
-        )
-    if len(answer) != len(completions):
-        raise ValueError(
-            f"outcome_reward: got {len(answer)} gold answers for {len(completions)} completions; "
-            "the `answer` column must have exactly one entry per completion."
-        )
-    timeout_s = _timeout(None)
-    gold_ok: dict[str, bool] = {}  # one parse per distinct gold per batch (GRPO repeats each gold G times)
-    rewards: list[float | None] = []
-    for completion, gold in zip(completions, answer, strict=True):
-        value = _gold_value(gold)
-        if value is not None and value not in gold_ok:
-            status, ok = _bounded("gold_ok", (value,), timeout_s)
-            gold_ok[value] = status == "ok" and bool(ok)
-        if value is None or not gold_ok[value]:
-            rewards.append(None)
-        else:
-            rewards.append(1.0 if _answer_matches(value, completion, timeout_s) else 0.0)
-    log_metric = kwargs.get("log_metric")
-    if callable(log_metric) and rewards:
-        log_metric(_UNPARSEABLE_METRIC, sum(reward is None for reward in rewards) / len(rewards))
-    return check_reward_length("outcome_reward", rewards, len(completions))
+    return _outcome_rewards("outcome_reward", "strict", completions, answer, kwargs)
+
+
+class OutcomeReward:
+    """``outcome_reward`` with another answer extraction mode (see ``extract_answer``): a picklable TRL reward
+    function whose ``__name__`` is ``outcome_reward_<mode>`` (so TRL logs ``rewards/outcome_reward_flexible/mean``)
+    and whose no-answer metric is ``outcome/no_answer_<mode>``. Build it with ``get_outcome_reward``.
+
+    >>> reward = OutcomeReward("flexible")
+    >>> reward.__name__, reward(completions=["The total is $9{,}500$.", "no idea"], answer=["#### 9,500", "1"])
+    ('outcome_reward_flexible', [1.0, 0.0])
+    """
+
+    def __init__(self, answer_extraction: str = "flexible") -> None:
+        self.answer_extraction = _check_extraction(answer_extraction)
+        self.__name__ = f"outcome_reward_{answer_extraction}"
+
+    def __call__(
+        self,
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] | None = None,
+        completion_ids: Sequence[Any] | None = None,
+        *,
+        answer: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        return _outcome_rewards(self.__name__, self.answer_extraction, completions, answer, kwargs)
+
+    def __repr__(self) -> str:
+        return f"OutcomeReward({self.answer_extraction!r})"
+
+    def __eq__(self, other: object) -> bool:  # stateless: two rewards of one mode are the same reward
+        return isinstance(other, OutcomeReward) and other.answer_extraction == self.answer_extraction
+
+    def __hash__(self) -> int:
+        return hash((OutcomeReward, self.answer_extraction))
+
+
+def get_outcome_reward(answer_extraction: str = "strict") -> Callable[..., list[float | None]]:
+    """The outcome reward for an answer extraction mode: "strict" gives ``outcome_reward`` itself (same object,
+    same name), "flexible" an ``OutcomeReward`` named ``outcome_reward_flexible``. Raises ValueError for another
+    mode.
+
+    >>> get_outcome_reward() is outcome_reward, get_outcome_reward("flexible").__name__
+    (True, 'outcome_reward_flexible')
+    """
+    _check_extraction(answer_extraction)
+    return outcome_reward if answer_extraction == "strict" else OutcomeReward(answer_extraction)

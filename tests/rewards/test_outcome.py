@@ -4,6 +4,7 @@ also hold outside the main thread, and the TRL reward-function contract (DESIGN 
 from __future__ import annotations
 
 import doctest
+import os
 import pickle
 import signal
 import threading
@@ -15,7 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import procrl.rewards.outcome as outcome_module
-from procrl.rewards.outcome import extract_answer, is_correct, outcome_reward, parse_gold
+from procrl.rewards.outcome import (
+    OutcomeReward,
+    extract_answer,
+    get_outcome_reward,
+    is_correct,
+    outcome_reward,
+    parse_gold,
+)
 
 # A short GSM8K-style solution: the calculator annotations hold intermediate values (24, 72), the answer is 72.
 NATALIA = (
@@ -33,6 +41,16 @@ PATHOLOGICAL = r"So the answer is \boxed{10^{10^{10}}}"
 def _close_worker_processes():
     yield
     outcome_module._close_workers()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _generous_default_budget():
+    # A valid check takes milliseconds, but the default budget (3 s) is wall-clock time: on a heavily loaded machine
+    # a valid check must never run out of it and flip its result. Tests of the time limit pass their own budget.
+    default = outcome_module.DEFAULT_TIMEOUT_S
+    outcome_module.DEFAULT_TIMEOUT_S = 60.0
+    yield
+    outcome_module.DEFAULT_TIMEOUT_S = default
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -84,6 +102,20 @@ EXTRACT_CASES = [
     (r"\boxed{8} ... the answer is 9", "8"),
     # GSM8K-style #### line
     ("Adding up gives 1,250.\n#### 1,250", "1250"),
+    # #### in the middle of a line, as GSM8K-style models write it: "1,000" is 1000
+    ("Adding up: #### 1,000", "1000"),
+    # five hashes (a markdown heading) are not the #### marker
+    ("##### 5", None),
+    # MATH's brace-less box: \boxed 2 holds the text up to the closing $
+    (r"so the result is $\boxed 2$.", "2"),
+    # a brace-less box holding a command: up to the closing $, kept as LaTeX
+    (r"$\boxed \frac12$", r"\frac12"),
+    # LaTeX's thousands separator {,} in 3-digit groups: 9{,}500 is 9500
+    (r"\boxed{9{,}500}", "9500"),
+    # an exponent: math-verify alone reads "1e-30" as e - 30 (Euler's number), so it becomes 1 x 10^-30
+    ("The answer is 1e-30", r"1\times10^{-30}"),
+    # strict mode: a number without an answer marker is no answer
+    ("The total is $9{,}500$.", None),
     # no "last number anywhere" fallback
     ("I computed 6 * 7 = 42", None),
     # control characters and ANSI escapes are ignored
@@ -96,6 +128,46 @@ EXTRACT_CASES = [
 @pytest.mark.parametrize(("text", "expected"), EXTRACT_CASES)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
+
+
+# answer_extraction="flexible": (completion text, expected extracted answer)
+FLEXIBLE_EXTRACT_CASES = [
+    # the last number of the final sentence; 9{,}500 is LaTeX for 9,500
+    ("The total is $9{,}500$.", "9500"),
+    # the last number of the final sentence is 7, not the earlier 3 and 4
+    ("We have 3 apples and 4 pears, so 7 fruits in all.", "7"),
+    # plain thousands separator and a unit after the number
+    ("In total she pays 9,500 dollars", "9500"),
+    # thousands separators only in 3-digit groups: "1,25" is no number (not 1, not 25, not 125)
+    ("The total is 1,25.", None),
+    # only the final sentence counts: it has no number
+    ("The total is 12. Hope this helps!", None),
+    # an exponent is not a number of the sentence: 5, not 2
+    ("The area is 5 m^{2}.", "5"),
+    # LaTeX arguments hold no number here: nothing in \frac{1}{2}
+    (r"The total is $\frac{1}{2}$.", None),
+    # a sign is kept
+    ("Adding up gives -3.", "-3"),
+    # the explicit markers still come first: the box, not the final 4
+    (r"\boxed{3}. Then 4.", "3"),
+    # empty text
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), FLEXIBLE_EXTRACT_CASES)
+def test_extract_answer_flexible(text, expected):
+    assert extract_answer(text, answer_extraction="flexible") == expected
+
+
+def test_unknown_extraction_mode_is_rejected():
+    for call in (
+        lambda: extract_answer("x", answer_extraction="loose"),
+        lambda: is_correct("x", "1", answer_extraction="loose"),
+        lambda: get_outcome_reward("loose"),
+    ):
+        with pytest.raises(ValueError, match="strict"):
+            call()
 
 
 def test_extract_answer_searches_only_the_tail():
@@ -145,6 +217,12 @@ GOLD_CASES = [
     (None, None),
     # "####" with nothing after it
     ("Some text\n####", None),
+    # MATH training solution with a brace-less box: the same gold as \boxed{2} (it used to be unparseable)
+    (r"The sum is $\boxed 2$.", 2),
+    # a brace-less box holding \frac12 = 1/2
+    (r"so $\boxed \frac12$", 0.5),
+    # scientific notation is a number (1 x 10^-30), not e - 30
+    ("1e-30", 1e-30),
 ]
 
 
@@ -217,6 +295,62 @@ REWARD_CASES = [
     ([{"role": "assistant", "content": r"So \boxed{4}"}], "4", 1.0),
     # a message list with a wrong answer
     ([{"role": "assistant", "content": "The answer is 5"}], "4", 0.0),
+    # --- numbers are compared exactly (rationals) or relatively, never with an absolute tolerance ---
+    # the issue's case: 1/2^98 - 1/2^99 = 1/2^99 ~ 1.6e-30, which math-verify's evalf(chop=True) rounds to 0
+    (r"\boxed{\frac{1}{2^{98}}}", r"\frac{1}{2^{99}}", 0.0),
+    # ... while the same value is right
+    (r"\boxed{\frac{1}{2^{99}}}", r"\frac{1}{2^{99}}", 1.0),
+    # a decimal is the rational it writes: 0.5 = 5/10 = 1/2 exactly
+    (r"\boxed{0.5}", r"\frac12", 1.0),
+    # 2e-30 = 2/10^30 and 1e-30 = 1/10^30 are different rationals
+    (r"\boxed{2e-30}", "1e-30", 0.0),
+    # ... and 1e-30 is 10^-30 exactly
+    (r"\boxed{1e-30}", r"10^{-30}", 1.0),
+    # 2e-7 vs 1e-7: math-verify rounds both decimals to 6 places (0 == 0); exactly they differ
+    (r"\boxed{0.0000002}", "0.0000001", 0.0),
+    # a rational gold needs the exact value: 0.333333 = 333333/10^6 is not 1/3
+    (r"\boxed{0.333333}", r"\frac{1}{3}", 0.0),
+    # a decimal against an irrational gold: |3.14159 - pi| = 2.65e-6 <= 1e-6 * pi = 3.14e-6, correct
+    (r"\boxed{3.14159}", r"\pi", 1.0),
+    # |3.1416 - pi| = 7.35e-6 > 3.14e-6: wrong (the relative tolerance is about six significant digits)
+    (r"\boxed{3.1416}", r"\pi", 0.0),
+    # two exact values, one irrational: equal only to 50 digits; 355/113 - pi = 2.7e-7, wrong
+    (r"\boxed{\frac{355}{113}}", r"\pi", 0.0),
+    # relative, not absolute: e^-101 / e^-100 = 0.37, although the difference (2.3e-44) is tiny
+    (r"\boxed{e^{-101}}", r"e^{-100}", 0.0),
+    # exact irrational values that are equal: sqrt(8) = 2 sqrt(2)
+    (r"\boxed{\sqrt{8}}", r"2\sqrt{2}", 1.0),
+    # "x = value" is compared by its value (as math-verify does), with the same exact rule
+    (r"\boxed{x = \frac{1}{2^{98}}}", r"\frac{1}{2^{99}}", 0.0),
+    # ... and the same right value is right
+    (r"\boxed{x = \frac{1}{2^{99}}}", r"\frac{1}{2^{99}}", 1.0),
+    # two assignments of one variable compare their values: x = 1/2^98 is not x = 1/2^99
+    (r"\boxed{x = \frac{1}{2^{98}}}", r"x = \frac{1}{2^{99}}", 0.0),
+    # ... x = 0.5 is x = 1/2
+    (r"\boxed{x = 0.5}", r"x = \frac{1}{2}", 1.0),
+    # interval endpoints: 1/2^98 != 1/2^99
+    (r"\boxed{(\frac{1}{2^{98}}, 1)}", r"(\frac{1}{2^{99}}, 1)", 0.0),
+    # set elements: {1, 1/2^98} != {1, 1/2^99}
+    (r"\boxed{\{1, \frac{1}{2^{98}}\}}", r"\{1, \frac{1}{2^{99}}\}", 0.0),
+    # a set in another order is the same set
+    (r"\boxed{\{\frac{1}{2^{99}}, 1\}}", r"\{1, \frac{1}{2^{99}}\}", 1.0),
+    # a percent also equals its value: 50% = 0.5
+    (r"\boxed{0.5}", r"50\%", 1.0),
+    # --- #### anywhere in a line, brace-less boxes ---
+    # "#### 1,000" in the middle of a line, gold 1000
+    ("Adding up: #### 1,000", "1000", 1.0),
+    # a brace-less box in the completion equals the braced gold
+    (r"so it is $\boxed 2$", r"\boxed{2}", 1.0),
+    # a brace-less gold (MATH training solution) equals a braced answer
+    (r"\boxed{2}", r"The sum is $\boxed 2$.", 1.0),
+    # ... and a wrong answer against it is wrong (the gold is parsed, not skipped)
+    (r"\boxed{3}", r"The sum is $\boxed 2$.", 0.0),
+    # brace-less \frac12 = 1/2 on both sides
+    (r"$\boxed \frac12$", r"$\boxed \frac12$ is the answer", 1.0),
+    # ... and against 0.5
+    (r"\boxed{0.5}", r"$\boxed \frac12$", 1.0),
+    # strict extraction (the default): a number without a marker is no answer
+    ("The total is $9{,}500$.", "9500", 0.0),
 ]
 
 
@@ -259,6 +393,44 @@ def test_control_characters_do_not_hide_an_answer():
     assert outcome_reward(completions=["\x00The answer is \x1b[1m3\x1b[0m\x07"], answer=["3"]) == [1.0]
 
 
+# answer_extraction="flexible": (completion, gold, expected reward)
+FLEXIBLE_REWARD_CASES = [
+    # the issue's case: no marker, the last number of the final sentence is 9{,}500 = 9500
+    ("The total is $9{,}500$.", "#### 9,500", 1.0),
+    # the same number against a plain gold
+    ("The total is 9,500.", "9500", 1.0),
+    # 3-digit groups only: "9,50" is not a number, so there is no answer
+    ("The total is 9,50.", "950", 0.0),
+    # only the final sentence counts: "Done!" has no number
+    ("I computed 6 * 7 = 42. Done!", "42", 0.0),
+    # the final sentence's last number is 42
+    ("I computed 6 * 7 = 42", "42", 1.0),
+    # a marker wins over the final sentence: the box says 3
+    (r"\boxed{3}. The total is 4.", "4", 0.0),
+    # unparseable gold is still None
+    ("The total is 3.", "see figure", None),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "expected"), FLEXIBLE_REWARD_CASES)
+def test_flexible_reward_table(completion, gold, expected):
+    assert get_outcome_reward("flexible")(completions=[completion], answer=[gold]) == [expected]
+    assert is_correct(completion, gold, answer_extraction="flexible") == (None if expected is None else expected == 1.0)
+
+
+def test_no_answer_metric_names_the_mode():
+    completions, answer = [r"\boxed{1}", "The total is 2.", "no idea"], ["1", "2", "3"]
+    for func, mode, rewards, no_answer in [
+        (outcome_reward, "strict", [1.0, 0.0, 0.0], 2 / 3),  # only the box is an answer
+        (get_outcome_reward("flexible"), "flexible", [1.0, 1.0, 0.0], 1 / 3),  # "no idea" has no number
+    ]:
+        calls = []
+        assert (
+            func(completions=completions, answer=answer, log_metric=lambda k, v, c=calls: c.append((k, v))) == rewards
+        )
+        assert calls == [("outcome/unparseable_gold", 0.0), (f"outcome/no_answer_{mode}", pytest.approx(no_answer))]
+
+
 def test_strings_and_message_lists_in_one_batch():
     completions = [r"\boxed{1}", [{"role": "assistant", "content": r"\boxed{2}"}], "The answer is 4"]
     assert outcome_reward(prompts=["p"] * 3, completions=completions, answer=["1", "2", "3"]) == [1.0, 1.0, 0.0]
@@ -274,7 +446,8 @@ def test_unparseable_gold_metric():
         log_extra=lambda *args: None,
     )
     assert rewards == [1.0, None, 1.0, None]
-    assert calls == [("outcome/unparseable_gold", 0.5)]  # 2 of 4 golds
+    # 2 of 4 golds cannot be parsed; 1 of 4 completions ("x") has no answer
+    assert calls == [("outcome/unparseable_gold", 0.5), ("outcome/no_answer_strict", 0.25)]
 
 
 def test_no_metric_without_log_metric():
@@ -285,6 +458,12 @@ def test_no_metric_without_log_metric():
 # ----------------------------------------------------------------------------------------------------------
 # Time limits
 # ----------------------------------------------------------------------------------------------------------
+
+
+# The only time bounds here are the limits the module promises (a check stops after timeout_s; a caller outside the
+# main thread gives up on its worker after timeout_s + _GRACE_S), each with this much slack for a loaded machine.
+BOUND_SLACK_S = 30.0
+PATHOLOGICAL_ANSWER = extract_answer(PATHOLOGICAL)  # "10^{10^{10}}"
 
 
 def _in_thread(fn):
@@ -300,26 +479,48 @@ def _in_thread(fn):
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
-    thread.join(60)
+    thread.join(300)  # only catches a hang (a thread-based timeout would never return)
     assert not thread.is_alive(), "the check did not return"
     assert "error" not in box, box.get("error")
     return box["value"], box["elapsed"]
 
 
+def _idle_worker():
+    """Make sure a started worker process is idle in the pool (the next one handed out), so that a timed call
+    measures the check and not a worker start (which may take up to _STARTUP_TIMEOUT_S); return it."""
+    value, _ = _in_thread(lambda: is_correct(r"\boxed{1}", "1"))
+    assert value is True
+    with outcome_module._POOL_LOCK:
+        return outcome_module._IDLE[-1]  # _run_in_worker takes _IDLE.pop()
+
+
 def test_pathological_answer_in_a_thread_is_bounded():
-    # 1 s budget + worker start (~0.5 s) + 2 s grace at most; a thread-based timeout would hang here forever
+    # in a worker process: stopped by the worker's own timer after 1 s, or killed by the caller after 1 s + grace;
+    # a thread-based timeout would hang here forever (sympy holds the GIL in C)
+    _idle_worker()
     value, elapsed = _in_thread(lambda: is_correct(PATHOLOGICAL, "3", timeout_s=1.0))
     assert value is False
-    assert elapsed < 10
+    assert elapsed < 1.0 + outcome_module._GRACE_S + BOUND_SLACK_S
 
 
 def test_outcome_reward_in_a_thread(monkeypatch):
-    # a wall-clock budget: with 1 s the valid checks could run out of time on a loaded machine
-    monkeypatch.setattr(outcome_module, "DEFAULT_TIMEOUT_S", 2.0)
+    # one batch from a thread: only the pathological check gets a short budget (1 s); the valid ones keep the
+    # module's generous default, so on a loaded machine none of them can run out of time and flip its reward
+    bounded, statuses = outcome_module._bounded, []
+
+    def per_check_budget(op, args, timeout_s):
+        result = bounded(op, args, 1.0 if PATHOLOGICAL_ANSWER in args else timeout_s)
+        statuses.append((PATHOLOGICAL_ANSWER in args, result[0]))
+        return result
+
+    monkeypatch.setattr(outcome_module, "_bounded", per_check_budget)
+    _idle_worker()
     completions = [PATHOLOGICAL, r"\boxed{\frac{1}{2}}", "The answer is 2", "x"]
     value, elapsed = _in_thread(lambda: outcome_reward(completions=completions, answer=["3", "0.5", "3", "see figure"]))
     assert value == [0.0, 1.0, 0.0, None]
-    assert elapsed < 10
+    assert (True, "timeout") in statuses  # the pathological check really ran out of its budget ...
+    assert all(status == "ok" for pathological, status in statuses if not pathological)  # ... and no other did
+    assert elapsed < 1.0 + outcome_module._GRACE_S + BOUND_SLACK_S
 
 
 def test_concurrent_threads_get_their_own_workers():
@@ -339,14 +540,21 @@ def test_parse_gold_in_a_thread():
     assert value[0] == 72
 
 
-def test_stuck_worker_is_killed_and_replaced(monkeypatch):
-    # a negative grace makes the caller give up (0.2 s) before the worker stops itself (1 s): the caller kills it
-    monkeypatch.setattr(outcome_module, "_GRACE_S", -0.8)
-    value, elapsed = _in_thread(lambda: is_correct(PATHOLOGICAL, "3", timeout_s=1.0))
-    assert value is False
-    assert elapsed < 10
-    monkeypatch.setattr(outcome_module, "_GRACE_S", 2.0)
-    value, _ = _in_thread(lambda: is_correct(r"\boxed{3}", "3"))  # a fresh worker takes over
+def test_stuck_worker_is_killed_and_replaced():
+    # a worker that cannot answer at all (stopped with SIGSTOP, the observable stand-in for one stuck in C code):
+    # the caller gives up after timeout_s + _GRACE_S, kills it and never reuses it; a fresh worker takes over
+    stuck = _idle_worker()
+    os.kill(stuck.proc.pid, signal.SIGSTOP)
+    try:
+        value, elapsed = _in_thread(lambda: is_correct(r"\boxed{3}", "3", timeout_s=1.0))
+    finally:
+        if stuck.proc.poll() is None:  # only if the module failed to kill it
+            os.kill(stuck.proc.pid, signal.SIGKILL)
+    assert value is None  # its first step, parsing the gold, timed out: a gold that cannot be parsed in time
+    assert stuck.proc.returncode == -signal.SIGKILL  # killed by the caller
+    assert stuck not in outcome_module._IDLE
+    assert elapsed < 1.0 + outcome_module._GRACE_S + BOUND_SLACK_S
+    value, _ = _in_thread(lambda: is_correct(r"\boxed{3}", "3"))
     assert value is True
 
 
@@ -358,14 +566,15 @@ def test_pathological_answer_in_the_main_thread_restores_sigalrm():
         fired.append(signum)
 
     previous = signal.signal(signal.SIGALRM, outer_handler)
-    signal.setitimer(signal.ITIMER_REAL, 100.0)  # an enclosing alarm (pytest-timeout style)
+    signal.setitimer(signal.ITIMER_REAL, 600.0)  # an enclosing alarm (pytest-timeout style), far beyond this test
     try:
         start = time.monotonic()
         assert is_correct(PATHOLOGICAL, "3", timeout_s=0.5) is False
-        assert time.monotonic() - start < 5
+        assert time.monotonic() - start < 0.5 + BOUND_SLACK_S
         assert signal.getsignal(signal.SIGALRM) is outer_handler
         remaining, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert 90 < remaining <= 100  # the enclosing alarm is still pending, minus the time used
+        # still pending, minus the time the check used (at least its 0.5 s budget: it never finishes on its own)
+        assert 0 < remaining <= 600.0 - 0.25
         assert fired == []
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -381,6 +590,18 @@ def test_pickle_keeps_name():
     restored = pickle.loads(pickle.dumps(outcome_reward))
     assert restored is outcome_reward
     assert restored.__name__ == "outcome_reward"
+
+
+def test_reward_factory_names_and_pickles():
+    assert get_outcome_reward() is outcome_reward  # strict: the plain function, same name
+    assert get_outcome_reward("strict") is outcome_reward
+    flexible = get_outcome_reward("flexible")
+    restored = pickle.loads(pickle.dumps(flexible))
+    assert isinstance(restored, OutcomeReward) and restored.__name__ == flexible.__name__ == "outcome_reward_flexible"
+    assert restored == flexible and restored != outcome_reward  # one mode, one reward (the trainer looks it up)
+    assert restored(completions=["The total is 7."], answer=["7"]) == [1.0]
+    with pytest.raises(ValueError, match="outcome_reward_flexible"):
+        flexible(completions=["a", "b"], answer=["1"])
 
 
 def test_missing_answer_column():
