@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.stepgap_grpo import SEARCH_TEMPLATES, SearchTaskArguments
 from procrl.trainers.callbacks import FRSArguments
 from procrl.utils import default_wandb_offline, get_logger, json_safe
@@ -73,6 +74,16 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
             "the step scorer (per-step PUM increments) behind the process advantages."
         },
     )
+    answer_extraction: str = field(
+        default="strict",
+        metadata={
+            "help": "How the outcome reward (and task/accuracy, the before/after evaluation) finds a completion's final "
+            "answer: 'strict' (an explicit marker: the last \\boxed{}, 'The answer is ...' or '#### ...'; a sound "
+            "default for RL rewards, since a policy could learn to spray numbers) or 'flexible' (also the last number "
+            "of the final sentence, e.g. 'The total is $9{,}500$.'). The reward is then named outcome_reward_flexible "
+            "and completions without an answer are logged as outcome/no_answer_<mode>."
+        },
+    )
     pum_model: str | None = field(
         default=None,
         metadata={
@@ -107,6 +118,12 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
             parse_eval_set(spec)
         if self.eval_batch_size < 1:
             raise ValueError("eval_batch_size must be >= 1")
+        if self.answer_extraction not in ANSWER_EXTRACTION_MODES:
+            raise ValueError(
+                f"answer_extraction={self.answer_extraction!r} must be one of {ANSWER_EXTRACTION_MODES}: use "
+                "answer_extraction: strict (the default: boxed / 'The answer is' / '####' answers only) or "
+                "answer_extraction: flexible (also the last number of the final sentence)."
+            )
         if self.picsar_normalize not in ("mean", "sum"):
             raise ValueError("picsar_normalize must be 'mean' or 'sum'")
         if not self.reward_funcs:
@@ -159,7 +176,7 @@ def build_reward_funcs(script_args: GRPOScriptArguments, training_args=None) -> 
         ValueError: an unknown name, a weight list that does not match `reward_funcs`, or process/mixed mode
             without a step scorer ("pum") or without a scalar reward left.
     """
-    from procrl.rewards.outcome import outcome_reward
+    from procrl.rewards.outcome import get_outcome_reward
     from procrl.rewards.picsar import get_picsar_bonus
     from procrl.rewards.pum_rewards import get_pum_reward, get_pum_step_rewards
 
@@ -167,7 +184,7 @@ def build_reward_funcs(script_args: GRPOScriptArguments, training_args=None) -> 
         return lambda: get_pum_reward(script_args.pum_model, mode, batch_size=script_args.pum_batch_size)
 
     registry = {
-        "outcome": lambda: outcome_reward,
+        "outcome": lambda: get_outcome_reward(script_args.answer_extraction),
         "picsar_bonus": lambda: get_picsar_bonus(
             evaluator=script_args.picsar_evaluator, normalize=script_args.picsar_normalize
         ),
@@ -225,7 +242,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
     from procrl.data_builders.datasets import load_math_dataset
     from procrl.models import resolve_model
     from procrl.reporting import plot_curves
-    from procrl.rewards.outcome import outcome_reward
+    from procrl.rewards.outcome import get_outcome_reward
     from procrl.rewards.pum_rewards import PUMHolder
     from procrl.trainers.evaluation import evaluate
     from procrl.trainers.grpo import ProcessGRPOTrainer
@@ -285,6 +302,12 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
                         training_args.advantage_mode, weights)  # fmt: skip
             training_args.reward_weights = weights  # TRL needs one weight per scalar reward function
         trainer_kwargs = {"step_reward_func": step_reward_func} if step_reward_func is not None else {}
+    # One answer extraction mode per run: the outcome reward, task/accuracy and the before/after evaluation use the
+    # same check (the very object among reward_funcs when "outcome" is one, so the trainer reuses its column).
+    outcome_func = get_outcome_reward(script_args.answer_extraction)
+    outcome_func = next((func for func in reward_funcs if func is outcome_func or func == outcome_func), outcome_func)
+    if not search:
+        trainer_kwargs["outcome_func"] = outcome_func
     weights = training_args.reward_weights or [1.0] * len(reward_funcs)
     for func in [*reward_funcs, trainer_kwargs.get("step_reward_func")]:
         if hasattr(func, "bind_policy"):
@@ -300,7 +323,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
                 tokenizer,
                 data,
                 name=label,
-                outcome_func=outcome_reward,
+                outcome_func=outcome_func,
                 reward_funcs=reward_funcs,
                 reward_weights=weights,
                 max_new_tokens=tokens,
@@ -343,6 +366,7 @@ def _main(script_args: GRPOScriptArguments, training_args, model_args, stack: co
             "train_loss": train_output.training_loss,
             "reward_funcs": [getattr(f, "__name__", str(f)) for f in reward_funcs],
             "reward_weights": list(weights),
+            "answer_extraction": script_args.answer_extraction,
         },
         "before": before,
         "after": after,
