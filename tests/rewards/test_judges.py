@@ -48,21 +48,32 @@ def req(text: str) -> list[dict]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+# The longest any request is held by the server (a bounded wait: a test whose client misbehaves fails, never hangs).
+HOLD_S = 30.0
+
+
 class FaultServer:
     """`/v1/chat/completions` on 127.0.0.1 whose answers follow `script[user_text]`, a list of actions, one per
     attempt (the last one repeats). Unknown texts get 200 with '{"score": 1}'. Actions:
-    ("ok", content) | ("status", code) | ("sleep", seconds, content) | ("body", raw bytes, content type).
-    It records every POST body and Authorization header and the maximum number of requests in flight."""
+    ("ok", content) | ("status", code) | ("body", raw bytes, content type) | ("hold", content): the request is held
+    until `release` is set (by `close`, or the test) or HOLD_S passes, then answered with content.
+    With `gate=n`, every request is held until n requests are in flight at once (or HOLD_S passes); from then on
+    the gate stays open. It records every POST body and Authorization header, the maximum number of requests in
+    flight (a request stops counting before its response is written, so a client that waits for the response
+    never sees an overlap that is not there) and whether the gate opened."""
 
-    def __init__(self, delay_s: float = 0.0):
+    def __init__(self, gate: int | None = None):
         self.script: dict[str, list[tuple]] = {}
-        self.delay_s = delay_s
+        self.gate = gate
+        self.gate_opened = False
+        self.release = threading.Event()
         self.posts: list[dict] = []
         self.auth: list[str] = []
         self.seen: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)  # notified on every arrival
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -88,40 +99,50 @@ class FaultServer:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 text = body["messages"][-1]["content"]
-                with server.lock:
+                with server.changed:
                     server.posts.append(body)
                     server.auth.append(self.headers.get("Authorization", ""))
                     attempt = server.seen.get(text, 0)
                     server.seen[text] = attempt + 1
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                try:
-                    actions = server.script.get(text, [("ok", '{"score": 1}')])
-                    action = actions[min(attempt, len(actions) - 1)]
-                    if server.delay_s:
-                        time.sleep(server.delay_s)
-                    if action[0] == "status":
-                        self._send(action[1], json.dumps({"error": {"message": "scripted"}}).encode())
-                    elif action[0] == "body":
-                        self._send(200, action[1], action[2])
-                    else:
-                        if action[0] == "sleep":
-                            time.sleep(action[1])
-                        self._send(200, json.dumps(completion(body["model"], action[-1])).encode())
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                    if server.gate is not None and server.in_flight >= server.gate:
+                        server.gate_opened = True
+                    server.changed.notify_all()
+                    if server.gate is not None:
+                        server.changed.wait_for(lambda: server.gate_opened, timeout=HOLD_S)
+                actions = server.script.get(text, [("ok", '{"score": 1}')])
+                action = actions[min(attempt, len(actions) - 1)]
+                if action[0] == "hold":
+                    server.release.wait(timeout=HOLD_S)
+                with server.lock:
+                    server.in_flight -= 1
+                if action[0] == "status":
+                    self._send(action[1], json.dumps({"error": {"message": "scripted"}}).encode())
+                elif action[0] == "body":
+                    self._send(200, action[1], action[2])
+                else:
+                    self._send(200, json.dumps(completion(body["model"], action[-1])).encode())
 
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # a short poll interval: `close` (shutdown) returns within 0.05 s instead of serve_forever's default 0.5 s
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     def attempts(self, text: str) -> int:
         return self.seen.get(text, 0)
 
+    def wait_for_attempts(self, text: str, n: int) -> int:
+        """The number of requests for `text` once it reaches `n` (or after HOLD_S): a request the client gave up on
+        may still be on its way to the server when the client returns."""
+        with self.changed:
+            self.changed.wait_for(lambda: self.seen.get(text, 0) >= n, timeout=HOLD_S)
+            return self.seen.get(text, 0)
+
     def close(self):
+        self.release.set()
         self.httpd.shutdown()
         self.httpd.server_close()
 
@@ -359,20 +380,26 @@ def test_fault_gives_typed_result(server, actions, reason, attempts):
 
 
 def test_timeout_is_retried_then_unscored(server):
-    server.script["slow"] = [("sleep", 3.0, '{"score": 4}')]
-    judge = make_judge(server, timeout_s=0.3, max_retries=1)
+    # The server holds the request until the test releases it (HOLD_S at most): only the client's timeout can end
+    # an attempt, so a "timeout" result is the proof that it did.
+    server.script["slow"] = [("hold", '{"score": 4}')]
+    judge = make_judge(server, timeout_s=1.0, max_retries=1)
     start = time.monotonic()
     (result,) = judge.judge([req("slow")], Score, progress=False)
+    elapsed = time.monotonic() - start
     assert result == JudgeResult(None, "timeout", raw=None, cached=False, attempts=2)
-    assert server.attempts("slow") == 2
-    # gave up on each attempt after ~0.3 s (~0.7 s in all), not after the server's 3 s; slack for a loaded machine
-    assert time.monotonic() - start < 2.5
+    assert server.wait_for_attempts("slow", 2) == 2
+    # The promise: each attempt gives up after timeout_s (2 x 1 s + backoff here). The margin is generous (a
+    # loaded CPU); a client that waited for the server would take HOLD_S per attempt.
+    assert elapsed < HOLD_S / 2
+    server.release.set()
 
 
 def test_timeout_then_success(server):
-    server.script["slow-once"] = [("sleep", 3.0, '{"score": 4}'), ("ok", '{"score": 5}')]
-    (result,) = make_judge(server, timeout_s=1.0, max_retries=1).judge([req("slow-once")], Score, progress=False)
+    server.script["slow-once"] = [("hold", '{"score": 4}'), ("ok", '{"score": 5}')]
+    (result,) = make_judge(server, timeout_s=2.0, max_retries=1).judge([req("slow-once")], Score, progress=False)
     assert result.value == Score(score=5) and result.attempts == 2
+    server.release.set()
 
 
 def test_connection_refused_is_typed():
@@ -414,12 +441,17 @@ def test_mixed_batch_keeps_order_and_counts_failures(server):
 
 @pytest.mark.parametrize("limit", [1, 3])
 def test_concurrency_limit_is_respected_and_used(limit):
-    srv = FaultServer(delay_s=0.15 * limit)  # long enough that `limit` requests overlap on a loaded machine
+    # The server holds the first requests until `limit` of them are in flight at once (HOLD_S at most, less than
+    # the client's timeout): the gate opens only if the client really runs `limit` requests concurrently.
+    srv = FaultServer(gate=limit)
     try:
         judge = OpenAICompatibleJudge(srv.base_url, "fault-model", max_concurrency=limit, max_retries=0)
+        assert judge.timeout_s > HOLD_S
         results = judge.judge([req(f"c{i}") for i in range(9)], Score, progress=False)
         assert all(r.ok for r in results)
-        assert srv.max_in_flight == limit  # never more, and the limit is actually reached
+        assert srv.gate_opened  # the limit was reached ...
+        assert srv.max_in_flight == limit  # ... and never exceeded
+        assert len(srv.posts) == 9
     finally:
         srv.close()
 
@@ -558,13 +590,13 @@ class Answer(BaseModel):
     answer: int
 
 
+@pytest.mark.slow
 def test_integration_judge_server_default_model(default_model_path, tmp_path):
     # The server is pinned to one CPU thread: the test CPU is shared, and two threads thrash under load.
     server = JudgeServer("default", num_threads=1, startup_timeout_s=240)
-    try:
-        server.start()
-    except RuntimeError as exc:
-        pytest.skip(f"transformers serve could not start here: {exc}")
+    # `transformers serve` is a declared dependency (transformers[serving]): a server that does not start is a
+    # failure, with the server's own error (start raises with its log tail), never a skip.
+    server.start()
     try:
         assert server.model_id == default_model_path and server.base_url.startswith("http://127.0.0.1:")
         judge = OpenAICompatibleJudge(
@@ -591,6 +623,7 @@ def test_integration_judge_server_default_model(default_model_path, tmp_path):
         os.killpg(pid, 0)  # the whole process group is gone
 
 
+@pytest.mark.slow
 def test_judge_server_start_failure_raises_with_log_tail(tmp_path):
     missing = tmp_path / "no-such-model"
     server = JudgeServer(str(missing), startup_timeout_s=120, log_path=str(tmp_path / "server.log"))
