@@ -10,6 +10,7 @@ import json
 import math
 import re
 from collections import Counter
+from fractions import Fraction
 
 import pytest
 from pydantic import ValidationError
@@ -93,10 +94,12 @@ def trace(i, pid, confidence, correct=False) -> Trace:
 
 
 def test_thirty_tokens_tail_is_exactly_the_three_lowest():
-    # L = 30 -> n_low = floor(3.0) = 3 -> mean(0.1, 0.2, 0.3) = 0.2 (correctly rounded mean of the floats: == 0.2)
+    # L = 30 -> n_low = floor(3.0) = 3 -> mean(0.1, 0.2, 0.3) ~ 0.2. What is exact: the documented value, the
+    # correctly rounded mean of the three floats, computed here in exact rational arithmetic.
     probs = [0.9] * 27 + [0.1, 0.2, 0.3]
-    assert tail_confidence(probs) == 0.2
-    assert tail_confidence(list(reversed(probs))) == 0.2  # position does not matter
+    exact = float(sum(map(Fraction, [0.1, 0.2, 0.3])) / 3)
+    assert tail_confidence(probs) == exact == pytest.approx(0.2, abs=1e-15)
+    assert tail_confidence(list(reversed(probs))) == exact  # position does not matter
     # from natural-log probabilities, exp(log p) may differ from p in the last bit
     assert tail_confidence_from_logps([math.log(p) for p in probs]) == pytest.approx(0.2, abs=1e-15)
 
