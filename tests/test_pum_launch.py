@@ -73,6 +73,7 @@ def models(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory, tiny_pum_fac
     return policy, pum
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_launch_script_runs_each_variant(variant, tmp_path, models):
     policy, pum = models
@@ -96,6 +97,7 @@ def test_launch_script_runs_each_variant(variant, tmp_path, models):
         assert "process/steps_per_completion" in logged
 
 
+@pytest.mark.slow
 def test_launch_script_refuses_a_missing_pum(tmp_path):
     env = {**os.environ, "PUM": str(tmp_path / "no-such-pum"), "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
@@ -110,6 +112,7 @@ printf '%s\\n' "$@" > "$SHIM_OUT"
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "script, entry, env",
     [
@@ -133,6 +136,7 @@ def test_cpu_ranks_pass_flags_after_a_double_dash(script, entry, env, tmp_path):
     assert after[0] == "--" and after[1] == "--config" and after[-2:] == ["--start", "8"]
 
 
+@pytest.mark.slow
 def test_torchrun_passes_flags_after_a_double_dash_to_the_module(tmp_path):
     """The behaviour the scripts rely on: torchrun drops the "--" and hands the rest to the module unchanged."""
     (tmp_path / "print_argv.py").write_text("import json, sys\nprint(json.dumps(sys.argv[1:]))\n")
@@ -144,6 +148,6 @@ def test_torchrun_passes_flags_after_a_double_dash_to_the_module(tmp_path):
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["--start", "8", "--end", "9"]
     bare = subprocess.run([*torchrun, "-m", "print_argv", "--start", "8"], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
-    if bare.returncode == 0:  # this torch no longer abbreviates its options: the "--" is harmless, not needed
-        pytest.skip("torchrun passed a bare --start through")
-    assert "--start" in bare.stderr  # why the scripts put "--" there
+    # why the scripts put "--" there: torchrun takes a bare --start for its --start-method (a torch that no longer
+    # abbreviates its options passes it through, and then the "--" is harmless)
+    assert bare.returncode == 0 or "--start" in bare.stderr

@@ -1,5 +1,6 @@
 """Train a Prefix Utility Model (PUM) with TRL's `RewardTrainer`: the implementation behind `train_pum.py`.
 
+    accelerate launch train_pum.py            # the shipped GSM8K pairs, the embedded model: a few minutes on CPU
     accelerate launch train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml
     python train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml --max_steps 20
     ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2 train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml
@@ -41,6 +42,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -52,6 +54,7 @@ import torch
 from transformers import TrainerCallback
 from trl import RewardConfig
 
+from procrl.data_builders.datasets import builtin_data_file
 from procrl.rewards.pum import (
     PUM_CONFIG_NAME,
     PrefixUtilityModel,
@@ -65,6 +68,9 @@ from procrl.utils import get_logger, prompt_to_text
 logger = get_logger(__name__)
 
 REQUIRED_COLUMNS = ("prompt", "chosen", "rejected", "margin", "pair_type", "problem_id")
+# Pair sets shipped as package data of procrl.data_builders (data/SOURCE.md gives the command that built each one).
+BUILTIN_PAIRS = {"pum_math_gsm8k_cpu": "pum_math_gsm8k_cpu.jsonl"}
+BUILD_COMMAND = "procrl build-pum-data --config configs/pum/build_gsm8k_cpu.yaml"
 _FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -78,10 +84,12 @@ class PUMScriptArguments:
     """Which pairs to train and evaluate on, and how prefixes are rendered (`PUMTrainingConfig` holds the rest)."""
 
     dataset_name: str = field(
-        default="outputs/pum_math/gsm8k/dataset",
+        default="pum_math_gsm8k_cpu",
         metadata={
-            "help": "PUM-Math pairs: a `save_to_disk` directory, a .parquet/.jsonl/.json/.csv file, a directory of "
-            "such files, or a Hub dataset id. Columns: prompt, chosen, rejected, margin, pair_type, problem_id."
+            "help": "PUM-Math pairs: a shipped set (pum_math_gsm8k_cpu: the pairs the builder made from GSM8K test "
+            "problems 0-20 on CPU, see data_builders/data/SOURCE.md), a `save_to_disk` directory, a "
+            ".parquet/.jsonl/.json/.csv file, a directory of such files, or a Hub dataset id. Columns: prompt, "
+            "chosen, rejected, margin, pair_type, problem_id."
         },
     )
     dataset_split: str = field(default="train", metadata={"help": "Split to read (Hub sets, DatasetDicts)."})
@@ -96,10 +104,10 @@ class PUMScriptArguments:
         default=None, metadata={"help": "Split of eval_dataset_name; null = dataset_split."}
     )
     eval_fraction: float = field(
-        default=0.1,
+        default=0.3,
         metadata={
-            "help": "Fraction of problem_ids held out for evaluation (whole problems, so no leakage); 0 = no "
-            "held-out set (then set eval_strategy: no)."
+            "help": "Fraction of problem_ids held out for evaluation (whole problems, so no leakage; 0.3 suits the "
+            "shipped 20-problem set, 0.1 a large one); 0 = no held-out set (then set eval_strategy: no)."
         },
     )
     split_seed: int = field(default=0, metadata={"help": "Seed of the problem-level train/eval split."})
@@ -150,12 +158,33 @@ class PUMScriptArguments:
 
 @dataclass
 class PUMTrainingConfig(RewardConfig):
-    """`trl.RewardConfig` with a bf16 default that works on CPU-only machines.
+    """`trl.RewardConfig` with defaults that train the shipped pairs in a few minutes on CPU.
 
     `bf16: null` resolves to True only when a CUDA GPU supports bf16 and neither `fp16` nor `use_cpu` is set
     (TRL resolves it to True, which raises on a CPU-only machine); an explicit value is left to transformers.
+    Other defaults that differ from TRL's: `output_dir` outputs/pum, `learning_rate` 1e-5 (a full fine-tune of a
+    small model; TRL's 1e-4 suits LoRA), 2 epochs, activation checkpointing off (it only slows a 135M model),
+    a log line every 5 steps.
     """
 
+    output_dir: str | None = field(
+        default="outputs/pum",
+        metadata={"help": "Where the PUM checkpoint, pum_config.json and summary.json are written."},
+    )
+    learning_rate: float = field(default=1e-5, metadata={"help": "The initial learning rate for AdamW."})
+    num_train_epochs: float = field(default=2.0, metadata={"help": "Passes over the training pairs."})
+    # TRL's base config sets the deprecated alias to True; None leaves `activation_checkpointing` (default off) in
+    # charge, without transformers' deprecation warning (transformers 5.24 training_args.py l. 1533-1545).
+    gradient_checkpointing: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Deprecated alias of activation_checkpointing (recompute activations in the backward pass: "
+            "saves memory, costs time); null = activation_checkpointing, off by default."
+        },
+    )
+    logging_steps: float = field(
+        default=5, metadata={"help": "Log every N optimizer steps (a float < 1 is a fraction of the steps)."}
+    )
     bf16: bool | None = field(
         default=None,
         metadata={
@@ -183,20 +212,29 @@ def make_parser():
 # ----------------------------------------------------------------------------------------------------------
 
 
+class PairsNotFoundError(FileNotFoundError):
+    """A PUM-Math pair set that is neither a local path, a shipped set nor loadable from the Hub."""
+
+
 def load_pairs(name_or_path: str, split: str = "train"):
     """Load a PUM-Math pair set as a `datasets.Dataset` and check its columns.
 
     Args:
         name_or_path: a `save_to_disk` directory (Dataset or DatasetDict), a .parquet/.jsonl/.json/.csv file, a
-            directory of data files, or a Hub dataset id.
+            directory of data files, a shipped set (`BUILTIN_PAIRS`; a local path of the same name wins), or a
+            Hub dataset id.
         split: split to read from a DatasetDict, a data directory or the Hub (files have one split).
 
     Raises:
+        PairsNotFoundError: no such local path or shipped set, and the Hub did not give it either (the message is
+            one line naming the path and the builder command).
         ValueError: an unsupported file type, a missing split, or missing columns (REQUIRED_COLUMNS).
     """
     import datasets
 
     path = Path(name_or_path)
+    if not path.exists() and name_or_path in BUILTIN_PAIRS:
+        path = Path(str(builtin_data_file(BUILTIN_PAIRS[name_or_path])))
     if path.is_dir() and any(
         (path / marker).is_file() for marker in ("dataset_info.json", "state.json", "dataset_dict.json")
     ):
@@ -211,7 +249,18 @@ def load_pairs(name_or_path: str, split: str = "train"):
             raise ValueError(f"Cannot read {name_or_path!r}: use one of {sorted(_FILE_BUILDERS)} or a directory")
         loaded = datasets.load_dataset(builder, data_files=str(path), split="train")
     else:
-        loaded = datasets.load_dataset(str(name_or_path), split=split)
+        where = f"No PUM-Math pairs at {name_or_path!r} (no such file or directory, not a shipped set {sorted(BUILTIN_PAIRS)}"
+        how = (
+            f"build them with `{BUILD_COMMAND}` and pass its dataset/ folder, or leave dataset_name at its default "
+            "(the shipped pairs)"
+        )
+        text = str(name_or_path)
+        if text.startswith((".", "/", "~")) or text.count("/") > 1 or path.suffix.lower() in _FILE_BUILDERS:
+            raise PairsNotFoundError(f"{where}); {how}.")  # a local path, not a Hub id ("name" or "owner/name")
+        try:
+            loaded = datasets.load_dataset(text, split=split)
+        except (FileNotFoundError, ConnectionError) as error:  # DatasetNotFoundError is a FileNotFoundError
+            raise PairsNotFoundError(f"{where}, not loadable from the Hub: {type(error).__name__}); {how}.") from error
     missing = [c for c in REQUIRED_COLUMNS if c not in loaded.column_names]
     if missing:
         raise ValueError(
@@ -739,7 +788,11 @@ def main(argv: list[str] | None = None) -> int:
     """Parse `--config x.yaml` plus flag overrides, train, and print the held-out table (rank 0)."""
     parser = make_parser()
     script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
-    summary = train(script_args, training_args, model_args)
+    try:
+        summary = train(script_args, training_args, model_args)
+    except PairsNotFoundError as error:
+        print(f"train_pum.py: error: {error}", file=sys.stderr)
+        return 2
     if training_args.process_index == 0:
         print(format_summary(summary))
     return 0

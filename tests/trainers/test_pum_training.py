@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CONFIG = ROOT / "configs" / "pum" / "train_gsm8k_smollm2.yaml"
 LORA_CONFIG = ROOT / "configs" / "pum" / "train_gsm8k_smollm2_lora.yaml"
+SHIPPED_PAIRS = 0  # rows of data_builders/data/pum_math_gsm8k_cpu.jsonl (its SOURCE note)
 
 
 def make_pairs(n_problems: int = 10) -> datasets.Dataset:
@@ -246,11 +247,36 @@ def test_script_arguments_validate():
         PUMScriptArguments(margin_scale=-1.0)
 
 
+def test_the_shipped_pairs_are_the_default_and_load():
+    script_args, training_args, model_args = make_parser().parse_args_and_config(args=[])
+    assert script_args.dataset_name == "pum_math_gsm8k_cpu" and model_args.model_name_or_path is None  # = default
+    assert training_args.output_dir == "outputs/pum" and not training_args.activation_checkpointing
+    pairs = pum_training.load_pairs(script_args.dataset_name)
+    assert len(pairs) == SHIPPED_PAIRS
+    assert set(pairs["pair_type"]) == {"vertical", "horizontal"}
+    assert all(m > 0 for m in pairs["margin"])  # kept pairs pass the margin filter: ΔG > κ·sd > 0
+    assert all(p.startswith("gsm8k/test/") for p in pairs["problem_id"])
+    train, held_out = split_by_problem(pairs, script_args.eval_fraction, script_args.split_seed)
+    assert len(set(held_out["problem_id"])) == 6  # round(0.3 x 20 problems)
+    assert not set(train["problem_id"]) & set(held_out["problem_id"])
+
+
+@pytest.mark.parametrize("path", ["outputs/pum_math/gsm8k/dataset", "./pairs", "pairs.parquet", "/no/such/dir"])
+def test_a_missing_local_pair_set_is_one_clear_line(path, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(pum_training.PairsNotFoundError) as error:  # raised before any Hub request
+        pum_training.load_pairs(path)
+    message = str(error.value)
+    assert "\n" not in message and repr(path) in message
+    assert "procrl build-pum-data --config configs/pum/build_gsm8k_cpu.yaml" in message
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_train_then_reload_in_two_fresh_processes(tmp_path, tiny_model_dir, pairs_dir):
     """`python train_pum.py` end to end; two fresh processes reload the checkpoint and reproduce the
     in-trainer scores of the probe prefixes (identical to each other, within 1e-5 of the trainer's)."""
@@ -304,6 +330,7 @@ def test_train_then_reload_in_two_fresh_processes(tmp_path, tiny_model_dir, pair
     assert max(r["score"] for r in probe) != min(r["score"] for r in probe)
 
 
+@pytest.mark.slow
 def test_lora_trains_the_head_and_reloads(tmp_path, tiny_model_dir, pairs_dir):
     from safetensors.torch import load_file
 
@@ -324,6 +351,7 @@ def test_lora_trains_the_head_and_reloads(tmp_path, tiny_model_dir, pairs_dir):
     assert got == pytest.approx([p["score"] for p in probe], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_train_refuses_when_reward_trainer_would_drop_pairs(tmp_path, tiny_model_dir, pairs_dir, monkeypatch):
     real = pum_training.tokenize_pairs
 
