@@ -322,7 +322,8 @@ def test_one_outcome_step_equals_trl_outcome_advantages(tmp_path, tiny_llama, to
     adv, mask = got["advantages"], got["completion_mask"].bool()
     assert adv.shape == mask.shape  # (B, T), aligned with completion_mask
     expected = want["advantages"].unsqueeze(1).expand_as(adv)
-    assert torch.allclose(adv[mask], expected[mask], atol=1e-6, rtol=0)
+    # float32 statistics over (B,) rewards vs (B, S) step rewards: other kernels, so equal up to rounding
+    assert torch.allclose(adv[mask], expected[mask], atol=1e-5, rtol=0)
     assert (adv[~mask] == 0).all()  # padding
 
 
@@ -345,7 +346,9 @@ def test_process_and_mixed_advantages_on_the_trainer_path(tmp_path, tiny_llama, 
     mask = out_p["completion_mask"].bool()
     want = _expected_process(step_rewards, 4, num_tokens)
     assert torch.allclose(out_p["advantages"], want, atol=1e-5)
-    assert len(set(out_p["advantages"][2][mask[2]].tolist())) == 3  # one value per step of the 3-step completion
+    # one value per step of the 3-step completion (values closer than 1e-4 count as one: equal need not be bitwise)
+    values = sorted(out_p["advantages"][2][mask[2]].tolist())
+    assert 1 + sum(b - a > 1e-4 for a, b in zip(values[:-1], values[1:], strict=True)) == 3
     mixed_want = want + alpha * out_o["advantages"].unsqueeze(1) * mask
     assert torch.allclose(out_m["advantages"], mixed_want, atol=1e-5)
 
@@ -362,6 +365,7 @@ def test_process_and_mixed_advantages_on_the_trainer_path(tmp_path, tiny_llama, 
     assert list(mixed._logs["advantages"]) == pytest.approx(mixed_want[:, 0].tolist(), abs=1e-5)
 
 
+@pytest.mark.slow  # trains
 def test_generate_and_score_override_is_called(tmp_path, tiny_llama, tokenizer):
     """Guards the private override (TRL pinned to 1.16.*): fails if TRL stops calling
     `_generate_and_score_completions` (trl/trainer/grpo_trainer.py:2324, from `_prepare_inputs` :1541) or stops
@@ -422,6 +426,7 @@ def _rank_advantages(out_dir, tokenizer, model, per_device):
     return [a[m.bool()].tolist() for a, m in zip(out["advantages"], out["completion_mask"], strict=True)], world
 
 
+@pytest.mark.slow  # torchrun
 def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny_llama):
     helpers = str(Path(__file__).resolve().parent.parent / "helpers")  # grpo_helpers, tiny_models for the script
     pythonpath = os.pathsep.join(p for p in (helpers, os.environ.get("PYTHONPATH")) if p)
@@ -443,8 +448,8 @@ def test_two_cpu_ranks_give_the_same_advantages_as_one(tmp_path, tokenizer, tiny
     one, world = _rank_advantages(tmp_path / "one", tokenizer, tiny_llama, per_device=6)
     assert world == 1
     assert len(two) == len(one) == 6
-    for got, want in zip(two, one, strict=True):
-        assert got == pytest.approx(want, abs=1e-6)
+    for got, want in zip(two, one, strict=True):  # float32 statistics over other batch shapes: up to rounding
+        assert got == pytest.approx(want, abs=1e-5)
     assert any(abs(a) > 0.1 for row in one[2:4] for a in row)  # the split group has a real signal
 
 
