@@ -24,13 +24,16 @@ RUN_ELSEWHERE = {"procrl.rewards.outcome"}
 
 
 def library_module_name(path: Path) -> str | None:
-    """`procrl.rewards.stepgap.trace` for rewards/stepgap/trace.py; None outside the library folders."""
+    """`procrl.rewards.stepgap.trace` for rewards/stepgap/trace.py (or the folder rewards/stepgap/); None outside
+    the library folders."""
     path = path.resolve()
     for folder, package in LIBRARY_FOLDERS.items():
         if path.is_relative_to(folder):
-            parts = list(path.relative_to(folder).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
+            parts = list(path.relative_to(folder).parts)
+            if parts:
+                parts[-1] = parts[-1].removesuffix(".py")
+                if parts[-1] == "__init__":
+                    parts.pop()
             return ".".join([package, *parts])
     return None
 
@@ -40,6 +43,15 @@ class LibraryDoctestModule(DoctestModule):
 
     def _getobj(self):
         return importlib.import_module(library_module_name(self.path))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Path, parent):
+    """A library folder is a plain directory to pytest: its `Package` collector would import `__init__.py` by path,
+    as a top-level `rewards` module."""
+    if library_module_name(path) is not None:
+        return pytest.Dir.from_parent(parent, path=path)
+    return None
 
 
 @pytest.hookimpl(wrapper=True)
