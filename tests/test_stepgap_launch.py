@@ -109,6 +109,7 @@ def _argv(model_dir, out_dir, *extra):
     ]  # fmt: skip
 
 
+@pytest.mark.slow  # trains
 def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
     summary = cli_main(_argv(tiny_model_dir, tmp_path / "out"))
     assert fakes["closed"] == 1 and fakes["opened"][0][0] == "local"  # the judge was opened once and closed
@@ -201,6 +202,7 @@ def _script(**env):
     return subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=full, capture_output=True, text=True, timeout=30)
 
 
+@pytest.mark.slow  # subprocess
 def test_launch_script_variables():
     assert os.access(SCRIPT, os.X_OK) and "set -euo pipefail" in SCRIPT.read_text()
     out = _script().stdout.split()

@@ -74,6 +74,7 @@ def test_save_load_roundtrip(tmp_path, wiki_index):
         BM25Index.load(tmp_path)
 
 
+@pytest.mark.slow  # starts the retriever server
 def test_server_client_roundtrip_loopback():
     index = BM25Index.build(load_corpus("2wiki_corpus_sample")[:100])
     queries = ["Lothair II", "Teutberga queen"]

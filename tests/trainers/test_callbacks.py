@@ -68,6 +68,7 @@ def _trainer(tmp_path, model, tokenizer, **config):
     )
 
 
+@pytest.mark.slow  # trains
 def test_callback_logs_frs_during_training_without_a_second_forward(tmp_path, tiny_llama, tokenizer):
     trainer = _trainer(tmp_path, tiny_llama, tokenizer, max_steps=3)
     judge = ConstantJudge()
@@ -141,6 +142,7 @@ def test_evaluation_leaves_the_training_rng_and_mode_alone(tmp_path, tiny_llama,
     assert texts[0] == texts[1] and len(texts[0]) == 4
 
 
+@pytest.mark.slow  # trains
 @pytest.mark.parametrize("mode", ["raise", "unscored"])
 def test_judge_failures_never_stop_training(tmp_path, tiny_llama, tokenizer, mode):
     trainer = _trainer(tmp_path, tiny_llama, tokenizer, max_steps=1)

@@ -46,6 +46,7 @@ def test_vllm_and_tools_are_refused_at_construction(tmp_path, tiny_llama, tokeni
         )
 
 
+@pytest.mark.slow  # trains
 def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama, tokenizer):
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
@@ -68,6 +69,7 @@ def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama,
         assert key in logs, key
 
 
+@pytest.mark.slow  # trains
 def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
     """Guards the one private override: fails if TRL (pinned 1.16.*) stops calling `_calculate_rewards`."""
     trainer = ProcessGRPOTrainer(
@@ -82,6 +84,7 @@ def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
     assert "task/accuracy" in trainer.state.log_history[0]
 
 
+@pytest.mark.slow  # trains
 @pytest.mark.parametrize(
     "bonus, expected_forwards",
     [
@@ -200,6 +203,7 @@ def completion_tokens(completion_ids, **kwargs):
     return [float(len(ids)) for ids in completion_ids]
 
 
+@pytest.mark.slow  # trains
 @pytest.mark.parametrize(
     "reward_funcs, weights",
     [
@@ -236,6 +240,7 @@ def test_task_accuracy_is_independent_of_reward_weights(tmp_path, tiny_llama, to
     assert "hacking/bonus_length_corr" not in logs  # a constant bonus has no defined correlation
 
 
+@pytest.mark.slow  # trains
 def test_bonus_length_correlation_is_logged(tmp_path, tiny_llama, tokenizer):
     texts = [
         "The answer is 5",
