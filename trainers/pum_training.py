@@ -234,7 +234,10 @@ def load_pairs(name_or_path: str, split: str = "train"):
 
     path = Path(name_or_path)
     if not path.exists() and name_or_path in BUILTIN_PAIRS:
-        path = Path(str(builtin_data_file(BUILTIN_PAIRS[name_or_path])))
+        try:
+            path = Path(str(builtin_data_file(BUILTIN_PAIRS[name_or_path])))
+        except FileNotFoundError as error:  # a broken install: one line, like any other missing pair set
+            raise PairsNotFoundError(str(error).replace("\n", " ")) from error
     if path.is_dir() and any(
         (path / marker).is_file() for marker in ("dataset_info.json", "state.json", "dataset_dict.json")
     ):

@@ -8,8 +8,10 @@ For a trace with steps s_1..s_n (searches, then the answer) labelled τ_i by the
 - FORMAT: a malformed step (`TraceStep.malformed`: an unclosed `<search>`, e.g. at truncation; an empty query; an
   action tag inside the answer; an action after the answer, which marks the conclusion) is a format violation.
   It is labelled FORMAT without asking the verifier (`label_steps`; the verifier never judges it) and gets
-  `base_format` (default -0.10, must be <= 0; keep it at or below the lowest well-formed base, IE -0.10, so
-  breaking the format never beats a well-formed step). `step_rewards` treats a malformed step as FORMAT whatever
+  `base_format` (default -0.10, must be <= 0; keep it at or below the lowest well-formed base, IE -0.10, so a
+  violation never earns more base than a well-formed step). With shaping, an ignored gap costs its base plus the
+  -0.10 ignored penalty (IE: -0.20, MB: -0.15), more than one violation at the default: set `base_format` <= -0.20
+  when a violation must never beat an ignored gap. `step_rewards` treats a malformed step as FORMAT whatever
   label it is given, so the no-gap bonus can never pay a violation. Metrics: `stepgap/label_FORMAT` and
   `stepgap/format_violations` (FORMAT steps per completion).
 - shape(a_{i+1} | τ_i), the action of the NEXT step given this step's label; the last step gets 0:
