@@ -14,7 +14,8 @@ Pipeline (`build_pum_math`):
    of one problem are one prefix (counted);
 4. student rollouts: every student s continues every prefix p `n_rollouts` times and the bare problem
    `n_rollouts_bare` times; solve rate q_s(x,p) = k/n (the answer of prefix + continuation, checked with
-   `is_correct`); gain g_s(x,p) = q_s(x,p) - q_s(x,∅);
+   `is_correct`, each math-verify step under `verify_timeout_s` seconds; a check that runs out counts as wrong and
+   is counted in stats.json `verification_timeouts`); gain g_s(x,p) = q_s(x,p) - q_s(x,∅);
 5. intrinsic utility G(x,p) = mean_s g_s(x,p)/σ_s, σ_s = population std (ddof 0) of student s's gains over the
    data set (`normalization="student_std"`, the default; "none": σ_s = 1; "problem_zscore": σ_s = std of s's
    gains within the problem, gains centred per problem). A student whose σ_s = 0 is excluded and counted;
@@ -159,6 +160,15 @@ class PUMMathConfig:
             "fraction whose order replicates (in stats.json, rewritten after the pairs are written and checked)."
         },
     )
+    verify_timeout_s: float = field(
+        default=30.0,
+        metadata={
+            "help": "Wall-clock budget, in seconds, of each math-verify step (a gold parse; the gold and the answer "
+            "steps of a rollout's check). A step that runs out counts as a failure (wrong answer, unparseable gold) "
+            "and is counted in stats.json (verification_timeouts, with a warning). Generous on purpose: a check normally "
+            "takes a small fraction of a second, and a tight budget would let the machine's load change the dataset."
+        },
+    )
     engine: str = field(
         default="auto", metadata={"help": "Rollout engine: 'auto' (vLLM when importable), 'transformers' or 'vllm'."}
     )
@@ -205,6 +215,10 @@ class PUMMathConfig:
             raise ValueError("kappa must be >= 0 and horizontal_tolerance in [0, 1)")
         if self.end is not None and self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
+        if not 0 < self.verify_timeout_s < math.inf:
+            raise ValueError(
+                f"verify_timeout_s must be a positive, finite number of seconds, got {self.verify_timeout_s}"
+            )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -583,6 +597,32 @@ def _add_stats(total: Counter | None, part) -> None:
         total["tokens_generated"] += part.tokens_generated
 
 
+def _checked(check, args: tuple, budget_s: float, counts: Counter | None):
+    """`check(*args, timeout_s=budget_s)` (`is_correct` or `parse_gold` of `procrl.rewards.outcome`); a call that
+    fails (False or None) after at least `budget_s` seconds is counted in `counts["verification_timeouts"]`.
+
+    rewards.outcome's public functions report a timeout only as a failure (no status), so the wall time tells the
+    timeouts apart: a step that runs out has used its whole budget, and a normal step takes milliseconds. Not counted:
+    an error inside math-verify (a plain failure). Counted although no step timed out: an `is_correct` whose two
+    steps (gold, answer; each under the budget) together took the budget and failed (unlikely at a generous one)."""
+    started = time.perf_counter()
+    value = check(*args, timeout_s=budget_s)
+    if counts is not None and (value is None or value is False) and time.perf_counter() - started >= budget_s:
+        counts["verification_timeouts"] += 1
+    return value
+
+
+def _warn_timeouts(n: int, config: PUMMathConfig, what: str) -> None:
+    if n:
+        logger.warning(
+            "%s: %d math-verify checks ran out of their %g s budget (verify_timeout_s) and counted as failures; "
+            "on a less loaded machine the dataset can differ (raise verify_timeout_s)",
+            what,
+            n,
+            config.verify_timeout_s,
+        )
+
+
 def _make_engine(name: str, config: PUMMathConfig, state):
     from procrl.data_builders.rollouts import make_engine
     from procrl.models import resolve_model
@@ -602,9 +642,11 @@ def estimate_solve_counts(
     stats=None,
     engines: dict | None = None,
     bare: bool = True,
+    counts: Counter | None = None,
 ) -> tuple[dict[str, list[int]], dict[str, list[int]], list[list[float]]]:
     """Run every student on every prefix (n) and bare problem (n_0; skipped when `bare` is false, leaving the bare
-    counts and rates empty); count verified answers.
+    counts and rates empty); count verified answers (`is_correct` under `config.verify_timeout_s`; checks that ran
+    out of it are added to `counts["verification_timeouts"]`).
 
     Returns:
         (successes per prefix key (one count per student), successes per problem id on the bare problem,
@@ -616,6 +658,9 @@ def estimate_solve_counts(
     from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
     from procrl.rewards.outcome import is_correct
     from procrl.rewards.steps import tokenize_steps
+
+    def solved(text: str, gold: str) -> bool:
+        return bool(_checked(is_correct, (text, gold), config.verify_timeout_s, counts))
 
     prefix_success: dict[str, list[int]] = {key: [] for key in prefixes}
     bare_success: dict[str, list[int]] = {pid: [] for pid in problems}
@@ -655,16 +700,14 @@ def estimate_solve_counts(
         _add_stats(stats, call_stats)
         rates = []
         for pid, problem in problems.items() if bare else ():
-            hits = sum(
-                bool(is_correct(_strip_stop(r.text, params.stop), problem.answer)) for r in results[f"{pid}/bare"]
-            )
+            hits = sum(solved(_strip_stop(r.text, params.stop), problem.answer) for r in results[f"{pid}/bare"])
             bare_success[pid].append(hits)
             rates.append(hits / config.n_rollouts_bare)
         if bare:
             bare_rates.append(rates)
         for key, prefix in prefixes.items():
             answer = problems[prefix.problem_id].answer
-            hits = sum(bool(is_correct(prefix.text + _strip_stop(r.text, params.stop), answer)) for r in results[key])
+            hits = sum(solved(prefix.text + _strip_stop(r.text, params.stop), answer) for r in results[key])
             prefix_success[key].append(hits)
         if engines is None or name not in engines:
             del engine
@@ -678,14 +721,15 @@ def estimate_solve_counts(
 
 
 def load_problems(config: PUMMathConfig, counts: Counter) -> list[Problem]:
-    """Problems of the configured slice whose gold parses; the others are skipped and counted."""
+    """Problems of the configured slice whose gold parses (within `verify_timeout_s`); the others are skipped and
+    counted (a parse that ran out of the budget also in `counts["verification_timeouts"]`)."""
     from procrl.data_builders.datasets import load_math_dataset
     from procrl.rewards.outcome import parse_gold
 
     data = load_math_dataset(config.dataset, split=config.split, start=config.start, end=config.end)
     problems = []
     for row in data:
-        if parse_gold(row["answer"]) is None:
+        if _checked(parse_gold, (row["answer"],), config.verify_timeout_s, counts) is None:
             counts["unparseable_golds_skipped"] += 1
             logger.warning("problem %s: gold %r cannot be parsed; skipped", row["problem_id"], row["answer"][:60])
             continue
@@ -828,7 +872,9 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         state=state,
         stats=rollout_stats,
         engines=engines,
+        counts=counts,
     )
+    _warn_timeouts(counts["verification_timeouts"], config, "PUM-Math")
     result = assemble_pairs(config, problems, trajectories, prefixes, prefix_success, bare_success)
     result["bare_success"] = bare_success
     stats = {
@@ -840,6 +886,7 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         "duplicate_trajectories_dropped": counts["duplicate_trajectories_dropped"],
         "empty_trajectories_dropped": counts["empty_trajectories_dropped"],
         "problems_without_reference": counts["problems_without_reference"],
+        "verification_timeouts": counts["verification_timeouts"],
         "students": list(config.students),
         "rollouts": {
             "per_student": len(prefixes) * config.n_rollouts + len(problems) * config.n_rollouts_bare,
@@ -959,6 +1006,7 @@ def replicate(
     sub_prefixes = {k: prefixes[k] for k in needed}
     sub_problems = {pid: problems[pid] for pid in {prefixes[k].problem_id for k in needed}}
     cache_dir = Path(config.output_dir) / "cache_replication"
+    counts: Counter = Counter()
     prefix_success, _, _ = estimate_solve_counts(
         config,
         sub_problems,
@@ -968,9 +1016,11 @@ def replicate(
         state=state,
         engines=engines,
         bare=False,
+        counts=counts,
     )
+    _warn_timeouts(counts["verification_timeouts"], config, "replication")
     bare_success = result["bare_success"]
-    out: dict = {"seed": config.replication_seed}
+    out: dict = {"seed": config.replication_seed, "verification_timeouts": counts["verification_timeouts"]}
     for kind in PAIR_TYPES:
         subset = [r for r in rows if r["pair_type"] == kind]
         agree = ties = 0

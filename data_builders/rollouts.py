@@ -921,7 +921,11 @@ def weights_fingerprint(source, model=None) -> str:
     """Short hash that changes when the weights change. An in-memory model: SHA-256 of its parameters' names, dtypes,
     shapes and raw bytes (exact: a float sum would depend on the reduction order of the CPU's or GPU's kernels and
     thread count, so two ranks holding the same weights could name the same shard differently and wait for each
-    other forever). A local directory: names, sizes and modification times of its weight and config files (a
+    other forever). So two models with the same parameter names, dtypes, shapes and bits get the same fingerprint,
+    wherever they live (the bytes are read on the CPU: a copy on another device, or a deepcopy, gives the same one),
+    and any difference gives another (but for a collision of the 48-bit hash): one ulp in one parameter, or another dtype, even one that holds the same
+    values exactly (float32 weights converted to float64 are another model here). Buffers and `requires_grad` are
+    not hashed. A local directory: names, sizes and modification times of its weight and config files (a
     retrained checkpoint written to the same path gets new keys). A hub id: "hub" (pin a revision by downloading it
     to a directory)."""
     if model is not None:

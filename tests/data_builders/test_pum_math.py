@@ -336,6 +336,78 @@ def test_student_with_zero_spread_is_excluded_and_counted(tmp_path, smollm2_toke
     assert sorted(dataset["margin"]) == pytest.approx([0.801784, 1.603567, 2.405351], abs=1e-5)
 
 
+def test_verification_budget_is_generous_and_timeouts_are_counted(tmp_path, smollm2_tokenizer, monkeypatch, caplog):
+    import logging
+
+    from procrl.rewards import outcome
+
+    assert pm.PUMMathConfig().verify_timeout_s == 30.0 > outcome.DEFAULT_TIMEOUT_S
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(ValueError, match="verify_timeout_s must be a positive, finite number"):
+            pm.PUMMathConfig(verify_timeout_s=bad)
+
+    # A hand-made checker that agrees with is_correct on these texts (the last "The answer is N." decides). Once
+    # armed, its first check of a wrong answer runs out of the budget as a stopped math-verify step would: it takes
+    # the whole budget and fails. The gold "slow" does the same in parse_gold.
+    budgets, slow = [], []
+
+    def fake_is_correct(completion, gold, *, timeout_s=None, answer_extraction="strict"):
+        budgets.append(timeout_s)
+        if slow == ["armed"] and completion.rstrip().endswith("The answer is 5."):
+            slow.append(completion)
+            time.sleep(1.1 * timeout_s)
+            return False
+        return completion.rstrip().endswith("The answer is 18.")
+
+    def fake_parse_gold(gold, *, timeout_s=None):
+        budgets.append(timeout_s)
+        if gold == "slow":
+            time.sleep(1.1 * timeout_s)
+            return None
+        return [gold]
+
+    monkeypatch.setattr(outcome, "is_correct", fake_is_correct)
+    monkeypatch.setattr(outcome, "parse_gold", fake_parse_gold)
+    engines = {
+        "A": ScriptedEngine(smollm2_tokenizer, _rule((2, 1, 3, 4)), "A"),
+        "B": ScriptedEngine(smollm2_tokenizer, _rule((0, 0, 2, 2)), "B"),
+    }
+    config = pm.PUMMathConfig(
+        dataset="gsm8k", start=0, end=1, output_dir=str(tmp_path / "out"), trajectory_source="reference",
+        students=["A", "B"], student_templates=["chat"], n_rollouts=4, n_rollouts_bare=8, cut_fractions=[],
+        shard_size=1000,
+    )  # fmt: skip
+    # The default budget reaches every check; nothing runs out.
+    _, stats = pm.build_pum_math(config, engines=engines)
+    assert set(budgets) == {30.0} and len(budgets) == 1 + (3 * 4 + 8) * 2  # one gold parse, every rollout checked
+    assert stats["verification_timeouts"] == 0 and stats["pairs"] == {"vertical": 2}
+
+    # A small budget and one check that runs out of it: counted (not the other, fast, wrong answers), a warning,
+    # stats.json says so; the timed-out check was a wrong answer anyway, so the pairs are the hand-computed ones.
+    budgets.clear()
+    slow.append("armed")
+    config.verify_timeout_s = 0.5
+    with caplog.at_level(logging.WARNING, logger="procrl"):
+        dataset, stats = pm.build_pum_math(config, engines=engines)
+    assert len(slow) == 2 and set(budgets) == {0.5}
+    assert stats["verification_timeouts"] == 1 and stats["rollouts"]["generated_this_run"] == 0  # rollouts reused
+    assert json.loads((Path(config.output_dir) / "stats.json").read_text())["verification_timeouts"] == 1
+    assert "1 math-verify checks ran out of their 0.5 s budget (verify_timeout_s)" in caplog.text
+    assert sorted(dataset["margin"]) == pytest.approx([1.862444, 2.263335], abs=1e-5)
+
+    # A gold parse that runs out: the problem is skipped as unparseable, and the timeout is counted.
+    data = tmp_path / "probs.jsonl"
+    data.write_text(
+        "".join(json.dumps({"question": q, "answer": a}) + "\n" for q, a in [("1 + 1?", "2"), ("?", "slow")])
+    )
+    counts = Counter()
+    problems = pm.load_problems(
+        pm.PUMMathConfig(dataset=str(data), split="train", end=None, verify_timeout_s=0.5), counts
+    )
+    assert [p.question for p in problems] == ["1 + 1?"]
+    assert counts == {"unparseable_golds_skipped": 1, "verification_timeouts": 1}
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The real transformers engine on a tiny model; kill -9 and resume
 # ---------------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ pass, a run without EOS/stop) rather than hard-coded. The resume and two-process
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from procrl.data_builders.rollouts import (
     cut_completion,
     make_engine,
     run_rollouts,
+    weights_fingerprint,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,6 +238,37 @@ def test_make_engine_falls_back_to_transformers(tmp_path, tiny_llama, smollm2_to
         make_engine(str(tmp_path), engine="vllm")
     with pytest.raises(ValueError, match="engine must be"):
         make_engine(str(tmp_path), engine="tgi")
+
+
+def test_weights_fingerprint_of_in_memory_models_is_exact(tiny_llama_factory):
+    import copy
+
+    a, b = tiny_llama_factory(64), tiny_llama_factory(64)  # built separately, same seed: the same bits
+    assert a is not b and all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters(), strict=True))
+    fingerprint = weights_fingerprint(None, a)
+    assert fingerprint.startswith("params-") and weights_fingerprint(None, b) == fingerprint
+    assert weights_fingerprint(None, copy.deepcopy(a)) == fingerprint
+    assert weights_fingerprint(None, copy.deepcopy(a).to("cpu")) == fingerprint  # moved to the same device
+    assert weights_fingerprint(None, copy.deepcopy(a).requires_grad_(False)) == fingerprint  # not hashed
+    if torch.cuda.is_available():
+        assert weights_fingerprint(None, copy.deepcopy(a).to("cuda")) == fingerprint
+
+    # One ulp in one element of one parameter.
+    with torch.no_grad():
+        first = next(b.parameters()).view(-1)
+        before = first[0].clone()
+        first[0] = torch.nextafter(before, torch.tensor(math.inf, dtype=before.dtype))
+        assert first[0] != before and torch.equal(first[1:], next(a.parameters()).view(-1)[1:])
+    assert weights_fingerprint(None, b) != fingerprint
+
+    # Another dtype is another model, even when it holds the same values exactly (float32 -> float64 -> float32).
+    wide = copy.deepcopy(a).to(torch.float64)
+    assert weights_fingerprint(None, wide) != fingerprint
+    assert weights_fingerprint(None, wide.to(torch.float32)) == fingerprint
+    assert weights_fingerprint(None, copy.deepcopy(a).to(torch.bfloat16)) not in (
+        fingerprint,
+        weights_fingerprint(None, wide),
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
