@@ -124,6 +124,12 @@ class GRPOScriptArguments(SearchTaskArguments, FRSArguments):
                 "answer_extraction: strict (the default: boxed / 'The answer is' / '####' answers only) or "
                 "answer_extraction: flexible (also the last number of the final sentence)."
             )
+        if self.task == "search" and self.answer_extraction != "strict":
+            raise ValueError(
+                f"answer_extraction={self.answer_extraction!r} has no effect with task=search: its reward (EM) compares "
+                "normalised answer strings and never extracts numbers. Remove answer_extraction from the config (or set "
+                "answer_extraction: strict), or use task: math."
+            )
         if self.picsar_normalize not in ("mean", "sum"):
             raise ValueError("picsar_normalize must be 'mean' or 'sum'")
         if not self.reward_funcs:

@@ -7,16 +7,18 @@ Pipeline
    the last ``\\boxed{...}``/``\\fbox{...}`` (or brace-less ``\\boxed 2``), else the last "The answer is ...",
    else the text after the last ``####`` (anywhere in a line), else None. There is deliberately no "last number
    anywhere" fallback: a policy could learn to spray numbers. That is ``answer_extraction="strict"``, the
-   default; ``"flexible"`` (``get_outcome_reward("flexible")``) adds the last number of the final sentence. Only
-   the last ``TAIL_CHARS`` (4,000) characters of a completion are searched.
+   default; ``"flexible"`` (``get_outcome_reward("flexible")``) adds the last number of the final sentence, unless it
+   is part of an expression, hedged or a cut-off list marker. Only the last ``TAIL_CHARS`` (4,000) characters of a
+   completion are searched.
 2. ``parse_gold`` reads a gold answer: GSM8K solutions (``#### N``, ``<<48/2=24>>`` annotations ignored),
    plain numbers, MATH-style LaTeX. Prose golds ("see figure", "N/A") are unparseable, never reward 1.0.
 3. Both sides go through math-verify (``parse`` with ``LatexExtractionConfig`` on ``\\boxed{<answer>}``,
    then ``verify(gold, answer)``); we never compare symbolically ourselves. Numbers are normalised first
    (sign, ``$``, thousands separators only in 3-digit groups, trailing period), so "1,25" is not 125. Two
    numbers (also inside tuples, finite sets and intervals) are compared here instead, because math-verify's
-   numeric comparison has absolute tolerances (it pays 1/2^98 for 1/2^99): exactly when both are rational,
-   relatively otherwise (the rule is in ``is_correct``).
+   numeric comparison has absolute tolerances (it pays 1/2^98 for 1/2^99): exactly when both are rational, a
+   decimal against an irrational value by correct rounding, two exact values relatively at 50 digits (the rules are
+   in ``is_correct``).
 
 Time limits (why not math-verify's own)
 ---------------------------------------
@@ -105,6 +107,9 @@ _BOX = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
 # A brace-less box (``\boxed 2``, ``\boxed \frac12``) holds everything up to the end of its math span or line, as
 # in the MATH data set's reference code (``last_boxed_only_string``: ``split("$")[0]``).
 _BRACELESS_END = re.compile(r"\$|\\\]|\\\)|\n")
+# ... and starts like math: a digit, a sign, a command or a lone letter ("\boxed x = 5"); "\boxed. The answer is 7",
+# "\boxed notation" and prose contents are mentions of the command, not boxes.
+_BRACELESS_START = re.compile(r"[-+]?[ \t]*(?:\d|\.\d|\\[A-Za-z]|[A-Za-z](?![A-Za-z]))")
 _ANSWER_IS = re.compile(r"\bthe\s+(?:final\s+)?answer\s+is\s*:?[ \t]*", re.IGNORECASE)
 _HASHES = re.compile(r"(?<!#)####(?!#)[ \t]*(.*)$", re.MULTILINE)  # anywhere in a line: "Adding up: #### 1,000"
 _CALCULATOR = re.compile(r"<<[^<>\n]*>>")
@@ -119,7 +124,23 @@ _NUMBER = re.compile(r"(?P<sign>[-+]?)[ \t]*(?:\\?\$)?[ \t]*(?P<sign2>[-+]?)" + 
 # A number inside a sentence (answer_extraction="flexible"): not part of a word, a longer number, an exponent or
 # a LaTeX argument ("x2", "m^{2}", "\frac{1}{2}" hold no number here); "$9{,}500$" and "-3" do.
 _NUMBER_IN_TEXT = re.compile(r"(?<![\w.,{}^_\\-])(?P<sign>-?)(?:\\?\$)?(?P<sign2>)" + _NUMBER_BODY + r"(?![\w^_])")
-_FINAL_PUNCT = re.compile(r"[\s.!?*_]+$")
+_FINAL_PUNCT = ".!?*_"  # stripped, with whitespace, from the end of a completion before its final sentence is read
+# A simple fraction in a sentence ("3/4 of them", "-1/2"), with the boundaries of _NUMBER_IN_TEXT on both sides.
+_FRACTION_IN_TEXT = re.compile(
+    r"(?<![\w.,{}^_\\/-])(?P<sign>-?)(?:\\?\$)?(?P<a>\d+)[ \t]*/[ \t]*(?P<b>\d+)(?!\d|[.,]\d|\{,\}\d)(?![\w^_/])"
+)
+# What makes the last number of a final sentence part of something else (answer_extraction="flexible"; see
+# ``_final_sentence_number``). The text before the number is read with trailing spaces and "$" removed.
+_OPERATOR_BEFORE = re.compile(r"(?:[/+\-\u00d7\u00f7^\u00b7\u2013]|\\(?:times|div|cdot|pm|mp))$")
+_OPERAND_BEFORE = re.compile(r"[\d)]$")  # "10 -3", "1 1/2", "1 000": right after another number
+_OPERATOR_AFTER = re.compile(r"[ \t$]*(?:[/+\-\u00d7\u00f7^=\u00b7\u2013]|\\(?:times|div|cdot|pm|mp)(?![A-Za-z]))")
+# "*" multiplies when spaced on both sides ("6 * 7") or tight between operands ("6*x"); "*42*" and "**42**" are
+# markdown emphasis. Read on the text before the number as it is (not stripped) and on the text after it.
+_STAR_BEFORE = re.compile(r"(?:[\w)}][ \t]+\*{1,2}[ \t]+|[\w)}]\*{1,2})\$?$")
+_STAR_AFTER = re.compile(r"\$?(?:[ \t]+\*{1,2}[ \t]+|\*{1,2}(?=\$?[\w(\\]))")
+_HEDGE_BEFORE = re.compile(r"\d[\\%$*_)]*[ \t]+(?:or|and|to|plus|minus|times)[ \t]+[$*_]*$", re.IGNORECASE)
+_HEADING_BEFORE = re.compile(r"\b(?:step|part|case)[ \t]*[$*_]*$", re.IGNORECASE)
+_LIST_MARKER_AFTER = re.compile(r"[.)][\s*_]*")
 _SENTENCE_BREAK = re.compile(r"[.!?](?=\s)|\n")
 _MATH_SPAN = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]")
 _SENTENCE_END = re.compile(r"\.(?=\s|$)")
@@ -169,18 +190,20 @@ def _balanced(text: str, start: int) -> str | None:
 def _last_box(text: str) -> tuple[bool, str | None, bool]:
     """(found, content, braced) of the last ``\\boxed``/``\\fbox``. ``\\boxed{...}`` holds its balanced group
     (None when it never closes: truncated); a brace-less ``\\boxed 2`` / ``\\boxed \\frac12`` holds the text up to
-    the next ``$``, ``\\]``, ``\\)`` or line end (None when that is empty)."""
-    last = None
-    for last in _BOX.finditer(text):  # noqa: B007 - we want the last match
-        pass
-    if last is None:
-        return False, None, True
-    start = last.end()
-    if start < len(text) and text[start] == "{":
-        return True, _balanced(text, start + 1), True
-    end = _BRACELESS_END.search(text, start)
-    content = text[start : end.start() if end else len(text)].strip()
-    return True, content or None, False
+    the next ``$``, ``\\]``, ``\\)`` or line end. A brace-less one whose text does not start like math or is no
+    answer (empty, prose: "I'll write it in \\boxed. The answer is 7") is a mention of the command, not a box: it is
+    skipped, so an earlier box or a later marker applies."""
+    for box in reversed(list(_BOX.finditer(text))):
+        start = box.end()
+        if start < len(text) and text[start] == "{":
+            return True, _balanced(text, start + 1), True
+        end = _BRACELESS_END.search(text, start)
+        content = text[start : end.start() if end else len(text)].strip()
+        if _BRACELESS_START.match(content):
+            value = _value(content, loose=True)
+            if value is not None and not _is_prose(value):
+                return True, content, False
+    return False, None, True
 
 
 def _number(text: str, *, loose: bool) -> str | None:
@@ -282,16 +305,61 @@ def _after_phrase(text: str, start: int) -> str:
 
 
 def _final_sentence_number(text: str) -> str | None:
-    """The last number of the final sentence of ``text`` (answer_extraction="flexible"), canonical, or None."""
-    body = _FINAL_PUNCT.sub("", text)
+    """The last number of the final sentence of ``text`` (answer_extraction="flexible"), canonical, or None.
+
+    A simple fraction ending there is read whole ("Thus 3/4 of them." gives ``\\frac{3}{4}``). None, rather than a
+    piece of something else, when that number
+    * is an operand: next to ``/`` or a binary operator (``+ - * × ÷ ^ ·``, ``\\times``, ``\\div``, ``\\cdot``,
+      ``\\pm``), or right after another number ("The result is 10 - 3.", "10 -3", "1 1/2", "1 000", "5-gallon"); the
+      value after the last ``=`` is the result, not an operand ("6 * 7 = 42" gives 42), unless an operator follows;
+    * is hedged, as in strict mode: next to "or", "and", "to", "plus", "minus", "times" and another number
+      ("Answer: 5 or 6", "It is 0.5 or 1/2."), or followed by one of those words ("6 or more");
+    * is a heading or list marker of a cut-off completion: "Step 3" ("Part", "Case"), or a final sentence that is
+      only ``N.`` or ``N)`` ("1. Compute 3+4=7.\\n2.": a list cut off, not the answer 2; also "\\n42.");
+    * stands inside parentheses after another number ("12 (2023 prices)." is ambiguous: None, neither 12 nor 2023).
+    """
+    stop = len(text)
+    while stop and (text[stop - 1].isspace() or text[stop - 1] in _FINAL_PUNCT):  # linear ("[...]+$" is quadratic)
+        stop -= 1
+    body = text[:stop]
     breaks = None
     for breaks in _SENTENCE_BREAK.finditer(body):  # noqa: B007 - we want the last match
         pass
-    sentence = body[breaks.end() :] if breaks is not None else body
+    offset = breaks.end() if breaks is not None else 0
+    sentence = body[offset:]
     number = None
     for number in _NUMBER_IN_TEXT.finditer(sentence):  # noqa: B007 - we want the last match
         pass
-    return None if number is None else _canonical_number(number)
+    if number is None:
+        return None
+    start, end, value = number.start(), number.end(), _canonical_number(number)
+    for fraction in _FRACTION_IN_TEXT.finditer(sentence):
+        if fraction.end() == end:
+            sign, numerator, denominator = fraction.group("sign", "a", "b")
+            start, value = fraction.start(), f"{sign}\\frac{{{numerator}}}{{{denominator}}}"
+    before, after = sentence[:start], sentence[end:]
+    tail = before.rstrip(" \t$")[-16:]  # bounded look-behind: the checks only need the last few characters
+    if (
+        _OPERATOR_BEFORE.search(tail)
+        or _OPERAND_BEFORE.search(tail)
+        or _STAR_BEFORE.search(before[-16:])
+        or _OPERATOR_AFTER.match(after)
+        or _STAR_AFTER.match(after)
+        or _HEDGE_BEFORE.search(before[-48:])
+        or _HEDGE_WORD.match(after.lstrip("$*_"))
+        or _HEADING_BEFORE.search(before[-24:])
+        or (not before.strip(" \t#*_") and _LIST_MARKER_AFTER.fullmatch(text, offset + end))
+    ):
+        return None
+    opened = []  # positions of the parentheses still open before the number
+    for i, char in enumerate(before):
+        if char == "(":
+            opened.append(i)
+        elif char == ")" and opened:
+            opened.pop()
+    if opened and any(char.isdigit() for char in before[: opened[-1]]):
+        return None
+    return value
 
 
 def _check_extraction(answer_extraction: str) -> str:
@@ -309,16 +377,21 @@ def extract_answer(text: str, *, answer_extraction: str = "strict") -> str | Non
     ``answer_extraction="strict"`` (the default) looks for an explicit answer marker, in this order: the LAST
     ``\\boxed{...}`` or ``\\fbox{...}`` (balanced braces, nesting allowed; when the last box never closes, e.g. a
     truncated ``\\boxed{3``, the answer is None; a brace-less ``\\boxed 2`` or ``\\boxed \\frac12`` holds the text up
-    to the next ``$``, ``\\]``, ``\\)`` or line end, as in the MATH data set), else the last "The answer is ..." (a
-    number with optional sign, ``$``, 3-digit-group thousands separators written ``,`` or ``{,}``, decimals, an
-    exponent and ``%``; or a LaTeX/plain expression up to the end of the sentence or line), else the text after
-    the last ``####`` (anywhere in a line). There is no "last number anywhere" fallback: a policy could learn to
-    spray numbers. ``answer_extraction="flexible"`` adds one fallback after these: the last number of the final
-    sentence ("The total is $9{,}500$." gives 9500; same number rules; a final sentence without a number gives
-    None). Only the last ``TAIL_CHARS`` characters are searched; control characters are ignored; answers longer
-    than ``MAX_ANSWER_CHARS`` characters count as absent. Numbers come back canonical ("1250", "-3",
-    "1\\times10^{-30}"), other answers as LaTeX. Never raises for bad text (anything that is not a string gives
-    None); raises ValueError for an unknown ``answer_extraction``.
+    to the next ``$``, ``\\]``, ``\\)`` or line end, as in the MATH data set; a brace-less one that holds no answer,
+    as in "I'll write it in \\boxed. The answer is 7", is a mention, not a box), else the last "The answer is ..."
+    (a number with optional sign, ``$``, 3-digit-group thousands separators written ``,`` or ``{,}``, decimals, an
+    exponent and ``%``; or a LaTeX/plain expression up to the end of the sentence or line; when that text holds
+    ``####``, the value after it: "The answer is: #### 72" gives 72), else the text after the last ``####``
+    (anywhere in a line). There is no "last number anywhere" fallback: a policy could learn to spray numbers.
+    ``answer_extraction="flexible"`` adds one fallback after these: the last number of the final sentence ("The
+    total is $9{,}500$." gives 9500, "Thus 3/4 of them." ``\\frac{3}{4}``; same number rules). It gives None when
+    the final sentence has no number, or when its last number is part of something else: an operand ("The result
+    is 10 - 3."; the value after a final ``=`` is a result: "6 * 7 = 42" gives 42), a hedge ("Answer: 5 or 6"), a
+    heading or list marker of a cut-off completion ("**Step 3", a final "2."), or a number in parentheses after
+    another number ("12 (2023 prices)."); see ``_final_sentence_number``. Only the last ``TAIL_CHARS`` characters
+    are searched; control characters are ignored; answers longer than ``MAX_ANSWER_CHARS`` characters count as
+    absent. Numbers come back canonical ("1250", "-3", "1\\times10^{-30}"), other answers as LaTeX. Never raises for
+    bad text (anything that is not a string gives None); raises ValueError for an unknown ``answer_extraction``.
 
     >>> extract_answer(r"First \\boxed{3}, then finally \\boxed{\\frac{1}{2}}.")
     '\\\\frac{1}{2}'
@@ -341,8 +414,12 @@ def extract_answer(text: str, *, answer_extraction: str = "strict") -> str | Non
     phrase = None
     for phrase in _ANSWER_IS.finditer(text):  # noqa: B007 - we want the last match
         pass
-    if phrase is not None:
-        return _value(_after_phrase(text, phrase.end()), loose=True)
+    if phrase is not None:  # "The answer is: #### 72" and "The answer is 72 #### 72" give the #### value, 72
+        after = _after_phrase(text, phrase.end())
+        hashes = None
+        for hashes in _HASHES.finditer(after):  # noqa: B007 - we want the last match
+            pass
+        return _value(after if hashes is None else hashes.group(1), loose=True)
     hashes = None
     for hashes in _HASHES.finditer(text):  # noqa: B007 - we want the last match
         pass
@@ -427,20 +504,22 @@ def _op_gold_ok(value: str) -> bool:
     return _parsed_gold(value) is not None
 
 
-# ---- numbers: exact for rationals, relative otherwise (never math-verify's absolute tolerance) -------------
+# ---- numbers: exact for rationals, correct rounding for a decimal against an irrational, else relative 1e-30 -------
 #
 # math-verify 0.9.0 compares numbers with absolute tolerances: a Float against anything by rounding both to
 # ``float_rounding`` (6) decimals (math_verify/grader.py:162-166: 1e-7 equals 2e-7), and other numeric expressions by
 # ``(a - b).evalf(chop=True, n=numeric_precision) == 0`` (grader.py:177-179), which chops any difference below about
 # 1e-15 to zero: 1/2^99 "equals" 1/2^98, e^-100 equals e^-101. Raising float_rounding/numeric_precision only moves
 # the threshold. So when both sides are numbers we decide ourselves (``_numeric_verdict``) and call math-verify's
-# public ``verify`` only for everything else, where its tolerances remain: expressions with variables (x + 1/2^99
-# still "equals" x + 1/2^98), other equations and inequalities, matrices, containers mixing kinds (interval vs tuple).
+# public ``verify`` only for everything else (and for a pair where our comparison raises), where its tolerances
+# remain: expressions with variables (x + 1/2^99 still "equals" x + 1/2^98), other equations and inequalities,
+# matrices, containers mixing kinds (interval vs tuple).
 # Mirrored math-verify behaviour: ``x = 5`` against 5 or ``x = 5`` (grader.py:646-671), X\% against X and X/100
 # (grader.py:99-102, 160-171), tuples in order and finite sets sorted by value (grader.py:219-262), intervals by
 # openness and endpoints (grader.py:265-283).
 
-_DECIMAL_RTOL = 1e-6  # a decimal against an irrational number: about six significant digits
+_MIN_DECIMAL_DIGITS = 5  # a decimal matches an irrational value only with at least this many significant digits
+_DECIMAL_LITERAL = re.compile(r"(?<![\d.])(\d*)\.(\d+)(?!\d)")
 _EXACT_RTOL = 1e-30  # two exact expressions, at least one irrational: equal up to evaluation error at _EVAL_DIGITS
 _EVAL_DIGITS = 50
 
@@ -454,9 +533,9 @@ def _percent_base(expr: Any) -> Any:
     return None
 
 
-def _exact_number(expr: Any) -> tuple[Any, bool] | None:
-    """(exact value, written with a decimal point) of a finite closed-form number, else None. A decimal is the
-    rational number it writes (0.333333 = 333333/10^6): math-verify's Floats become Rationals of their digits."""
+def _exact_number(expr: Any) -> Any:
+    """The exact value of a finite closed-form number, else None. A decimal is the rational number it writes
+    (0.333333 = 333333/10^6): math-verify's Floats become Rationals of their digits."""
     from sympy import Expr, Float, Rational, nan, zoo
 
     if not isinstance(expr, Expr) or expr.free_symbols or expr.is_number is not True:
@@ -465,34 +544,102 @@ def _exact_number(expr: Any) -> tuple[Any, bool] | None:
     value = (expr.xreplace({f: Rational(str(f)) for f in floats}) if floats else expr).doit()
     if not isinstance(value, Expr) or value.is_number is not True or value.has(nan, zoo) or value.is_finite is not True:
         return None
-    return value, bool(floats)
+    return value
 
 
-def _numbers_equal(a: Any, b: Any) -> bool | None:
-    """The rule for two numbers (see ``is_correct``); None when either is not a finite closed-form number."""
+def _written_decimals(*texts: str) -> dict:
+    """{value: (decimal places, significant digits)} of the decimals written in ``texts`` ("3.14160": 5 places, 6
+    digits; math-verify's Floats forget trailing zeros). A value written twice keeps its longest form."""
+    from sympy import Rational
+
+    written: dict = {}
+    for text in texts:
+        for match in _DECIMAL_LITERAL.finditer(text):
+            whole, fraction = match.groups()
+            value = Rational(f"{whole or 0}.{fraction}")
+            if value not in written or len(fraction) > written[value][0]:
+                written[value] = (len(fraction), len((whole + fraction).lstrip("0")))
+    return written
+
+
+def _decimal_digits(expr: Any, written: dict) -> tuple[int, int] | None:
+    """(decimal places, significant digits) of ``expr`` when it is a decimal as written: ``3.1416``, ``-3141.59``,
+    ``3.14159\\times10^{3}`` (2 places), ``31.4159\\%`` (6 places); None for anything else (``2.5\\pi`` is the exact
+    number 5\\pi/2, not a decimal)."""
+    from sympy import Float, Integer, Mul, Pow, Rational, UnevaluatedExpr
+
+    factors = expr.args if isinstance(expr, Mul) else (expr,)
+    floats = [factor for factor in factors if isinstance(factor, Float)]
+    if len(floats) != 1:
+        return None
+    shift = 0  # the power of ten the decimal is multiplied by
+    for factor in factors:
+        if factor is floats[0] or factor == Integer(-1):
+            continue
+        if isinstance(factor, Pow) and factor.base == 10 and factor.exp.is_Integer:
+            shift += int(factor.exp)
+        elif factor == UnevaluatedExpr(Rational(1, 100)):  # X\% (grader.py:99-102)
+            shift -= 2
+        else:
+            return None
+    mantissa = abs(Rational(str(floats[0])))
+    if mantissa in written:
+        places, digits = written[mantissa]
+    else:  # not found in the text (another spelling): its shortest form
+        places = 0
+        while (mantissa * 10**places).q != 1:
+            places += 1
+        digits = len(str((mantissa * 10**places).p).lstrip("0"))
+    return places - shift, digits
+
+
+def _rounds_to(decimal: Any, places: int, digits: int, exact: Any) -> bool:
+    """Whether ``decimal`` (a Rational, written with ``places`` decimal places and ``digits`` significant digits)
+    is ``exact`` correctly rounded to ``places`` decimal places, with at least ``_MIN_DECIMAL_DIGITS`` digits."""
+    from sympy import Float, Integer, N, Rational, floor
+
+    if digits < _MIN_DECIMAL_DIGITS:
+        return False
+    scaled = decimal * Rational(10) ** places  # an integer: the decimal's digits
+    if not isinstance(scaled, Integer):
+        return False
+    nearest = N(exact * Rational(10) ** places, _EVAL_DIGITS + len(str(abs(scaled))))
+    if not isinstance(nearest, Float):  # complex, or no numeric value
+        return False
+    return bool(floor(nearest + Rational(1, 2)) == scaled)  # no ties: an irrational value is never half-way
+
+
+def _numbers_equal(a: Any, b: Any, written: dict | None = None) -> bool | None:
+    """The rule for two numbers (see ``is_correct``); None when either is not a finite closed-form number.
+    ``written``: the decimals of the texts, from ``_written_decimals``."""
     from sympy import N, Number, Rational
 
-    exact_a, exact_b = _exact_number(a), _exact_number(b)
-    if exact_a is None or exact_b is None:
+    value_a, value_b = _exact_number(a), _exact_number(b)
+    if value_a is None or value_b is None:
         return None
-    (value_a, decimal_a), (value_b, decimal_b) = exact_a, exact_b
     if isinstance(value_a, Rational) and isinstance(value_b, Rational):
         return bool(value_a == value_b)  # exact: 1/2^99 != 1/2^98, 1e-30 != 2e-30, 0.5 == 1/2
-    rtol = _DECIMAL_RTOL if decimal_a or decimal_b else _EXACT_RTOL
+    for expr, value, other in ((a, value_a, value_b), (b, value_b, value_a)):
+        if isinstance(value, Rational) and not isinstance(other, Rational):
+            decimal = _decimal_digits(expr, written or {})
+            if decimal is not None:  # a decimal against an irrational value: 3.1416 == pi, 3.1415 != pi
+                return _rounds_to(value, *decimal, other)
     diff = abs(N(value_a - value_b, _EVAL_DIGITS))
     scale = max(abs(N(value_a, _EVAL_DIGITS)), abs(N(value_b, _EVAL_DIGITS)))
     if not (isinstance(diff, Number) and isinstance(scale, Number)):
         return None
-    return bool(diff <= rtol * scale)  # relative: e^-100 != e^-101, 3.14159 == pi, 355/113 != pi
+    return bool(diff <= _EXACT_RTOL * scale)  # relative: e^-100 != e^-101, 355/113 != pi, sqrt(8) == 2 sqrt(2)
 
 
-def _numbers_or_percent_equal(gold: Any, pred: Any) -> bool | None:
+def _numbers_or_percent_equal(gold: Any, pred: Any, written: dict | None = None) -> bool | None:
     """``_numbers_equal``, where X\\% on one side also equals a bare X on the other (as math-verify: 50\\% == 50)."""
     gold_base, pred_base = _percent_base(gold), _percent_base(pred)
-    equal = _numbers_equal(gold, pred)
+    equal = _numbers_equal(gold, pred, written)
     if equal is None or equal or (gold_base is None) == (pred_base is None):
         return equal
-    return bool(_numbers_equal(gold_base, pred) if gold_base is not None else _numbers_equal(gold, pred_base))
+    if gold_base is not None:
+        return bool(_numbers_equal(gold_base, pred, written))
+    return bool(_numbers_equal(gold, pred_base, written))
 
 
 def _relations(expr: Any) -> list | None:
@@ -513,15 +660,15 @@ def _sorted_numbers(items: Sequence[Any]) -> list | None:
     keyed = []
     for item in items:
         exact = _exact_number(item)
-        if exact is None or exact[0].is_extended_real is not True:
+        if exact is None or exact.is_extended_real is not True:
             return None
-        keyed.append((N(exact[0], _EVAL_DIGITS), item))
+        keyed.append((N(exact, _EVAL_DIGITS), item))
     return [item for _, item in sorted(keyed, key=lambda pair: pair[0])]
 
 
-def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
+def _numeric_verdict(gold: Any, pred: Any, written: dict | None = None) -> bool | None:
     """Whether two parsed answers that are numbers (or tuples, finite sets or intervals of numbers) are equal;
-    None when they are not both of that kind, so that math-verify decides."""
+    None when they are not both of that kind, so that math-verify decides. ``written``: as in ``_numbers_equal``."""
     from sympy import FiniteSet, Interval, Tuple
 
     gold_relations, pred_relations = _relations(gold), _relations(pred)
@@ -538,7 +685,7 @@ def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
     if isinstance(gold, Interval) and isinstance(pred, Interval):
         if (gold.left_open, gold.right_open) != (pred.left_open, pred.right_open):
             return False
-        ends = [_endpoint_verdict(gold.start, pred.start), _endpoint_verdict(gold.end, pred.end)]
+        ends = [_endpoint_verdict(gold.start, pred.start, written), _endpoint_verdict(gold.end, pred.end, written)]
         return None if None in ends else all(ends)
     for kind in (Tuple, FiniteSet):
         if isinstance(gold, kind) and isinstance(pred, kind):
@@ -549,15 +696,26 @@ def _numeric_verdict(gold: Any, pred: Any) -> bool | None:
                     return None
             if len(gold_items) != len(pred_items):
                 return None
-            verdicts = [_numeric_verdict(g, p) for g, p in zip(gold_items, pred_items, strict=True)]
+            verdicts = [_numeric_verdict(g, p, written) for g, p in zip(gold_items, pred_items, strict=True)]
             return None if None in verdicts else all(verdicts)
-    return _numbers_or_percent_equal(gold, pred)
+    return _numbers_or_percent_equal(gold, pred, written)
 
 
-def _endpoint_verdict(gold: Any, pred: Any) -> bool | None:
+def _endpoint_verdict(gold: Any, pred: Any, written: dict | None = None) -> bool | None:
     if gold.is_infinite or pred.is_infinite:
         return bool(gold == pred)
-    return _numbers_equal(gold, pred)
+    return _numbers_equal(gold, pred, written)
+
+
+def _safe_numeric_verdict(gold: Any, pred: Any, written: dict) -> bool | None:
+    """``_numeric_verdict``, where an exception (a sympy corner case) gives None: math-verify decides that pair, as
+    its ``verify`` swallows its own errors, and the other pairs are still compared. A timeout is a BaseException and
+    still stops the whole check."""
+    try:
+        return _numeric_verdict(gold, pred, written)
+    except Exception:  # noqa: BLE001 - any failure of our comparison falls back to math-verify's
+        logger.debug("numeric comparison failed; math-verify decides", exc_info=True)
+        return None
 
 
 def _op_verify(gold_value: str, answer: str) -> bool:
@@ -568,11 +726,12 @@ def _op_verify(gold_value: str, answer: str) -> bool:
     if gold is None:
         return False
     target = _mv_parse(answer)
+    written = _written_decimals(gold_value, answer)
     for gold_item in gold:  # every pair, as verify() does (grader.py:887-889)
         for target_item in target:
             verdict = None
             if isinstance(gold_item, Basic) and isinstance(target_item, Basic):
-                verdict = _numeric_verdict(gold_item, target_item)
+                verdict = _safe_numeric_verdict(gold_item, target_item, written)
             if verdict is None:
                 verdict = bool(verify([gold_item], [target_item], timeout_seconds=None))
             if verdict:
@@ -879,9 +1038,12 @@ def is_correct(
     * both rational (integers, fractions, decimals, which are the rational numbers they write): exactly equal.
       "0.5" equals ``\\frac{1}{2}``; ``\\frac{1}{2^{98}}`` does not equal ``\\frac{1}{2^{99}}``, nor 2e-30 1e-30, nor
       0.333333 ``\\frac{1}{3}`` (a rational gold can be written exactly, so an approximation is wrong);
-    * a decimal against an irrational number: relative difference at most 1e-6, |a - b| <= 1e-6 * max(|a|, |b|),
-      about six significant digits. "3.14159" equals ``\\pi`` (|3.14159 - pi| = 2.65e-6 <= 3.14e-6), "3.1416"
-      does not (7.35e-6);
+    * a decimal against an irrational (exact) value: equal when the decimal is that value correctly rounded to the
+      decimal's written number of decimal places, and the decimal has at least 5 significant digits. Against
+      ``\\pi`` = 3.14159265...: "3.14159", "3.1416" and "-3.14159" (for ``-\\pi``) match; "3.14" (3 digits), "3.1415"
+      (truncated), "3.1417" and "3.14160" (5 places, where pi rounds to 3.14159) do not; "1.41421" matches
+      ``\\sqrt{2}``, "3141.59" and "3141.6" match ``1000\\pi``. Scientific notation counts the places of the value it
+      writes ("3.14159e3" has 2); an expression with a decimal in it (``2.5\\pi``) is the exact value it writes;
     * two exact expressions with an irrational value: equal at 50 significant digits (relative 1e-30), so
       ``\\sqrt{8}`` equals ``2\\sqrt{2}`` but ``\\frac{355}{113}`` is not ``\\pi`` and ``e^{-101}`` is not ``e^{-100}``.
 
@@ -895,8 +1057,10 @@ def is_correct(
     False
     >>> is_correct("The answer is 3.", "see figure") is None
     True
-    >>> is_correct(r"\\boxed{\\frac{1}{2^{98}}}", r"\\frac{1}{2^{99}}"), is_correct(r"\\boxed{3.14159}", r"\\pi")
+    >>> is_correct(r"\\boxed{\\frac{1}{2^{98}}}", r"\\frac{1}{2^{99}}"), is_correct(r"\\boxed{3.1416}", r"\\pi")
     (False, True)
+    >>> is_correct(r"\\boxed{3.14}", r"\\pi"), is_correct(r"\\boxed{3.1415}", r"\\pi")
+    (False, False)
     >>> is_correct("The total is 12.", "12"), is_correct("The total is 12.", "12", answer_extraction="flexible")
     (False, True)
     """
@@ -985,18 +1149,22 @@ def outcome_reward(
 
 
 class OutcomeReward:
-    """``outcome_reward`` with another answer extraction mode (see ``extract_answer``): a picklable TRL reward
-    function whose ``__name__`` is ``outcome_reward_<mode>`` (so TRL logs ``rewards/outcome_reward_flexible/mean``)
-    and whose no-answer metric is ``outcome/no_answer_<mode>``. Build it with ``get_outcome_reward``.
+    """``outcome_reward`` for an answer extraction mode (see ``extract_answer``) as a picklable TRL reward function
+    whose ``__name__`` is ``outcome_reward_<mode>`` (so TRL logs ``rewards/outcome_reward_flexible/mean``) and whose
+    no-answer metric is ``outcome/no_answer_<mode>``. Prefer ``get_outcome_reward``, which gives ``outcome_reward``
+    itself for "strict". ``OutcomeReward("strict")`` (the default) is that same reward: named ``outcome_reward``,
+    equal to it and hashed like it, so a trainer that looks up its outcome reward by equality finds either.
 
     >>> reward = OutcomeReward("flexible")
     >>> reward.__name__, reward(completions=["The total is $9{,}500$.", "no idea"], answer=["#### 9,500", "1"])
     ('outcome_reward_flexible', [1.0, 0.0])
+    >>> OutcomeReward() == outcome_reward, OutcomeReward().__name__
+    (True, 'outcome_reward')
     """
 
-    def __init__(self, answer_extraction: str = "flexible") -> None:
+    def __init__(self, answer_extraction: str = "strict") -> None:
         self.answer_extraction = _check_extraction(answer_extraction)
-        self.__name__ = f"outcome_reward_{answer_extraction}"
+        self.__name__ = "outcome_reward" if answer_extraction == "strict" else f"outcome_reward_{answer_extraction}"
 
     def __call__(
         self,
@@ -1013,10 +1181,13 @@ class OutcomeReward:
         return f"OutcomeReward({self.answer_extraction!r})"
 
     def __eq__(self, other: object) -> bool:  # stateless: two rewards of one mode are the same reward
+        if other is outcome_reward:
+            return self.answer_extraction == "strict"
         return isinstance(other, OutcomeReward) and other.answer_extraction == self.answer_extraction
 
     def __hash__(self) -> int:
-        return hash((OutcomeReward, self.answer_extraction))
+        strict = self.answer_extraction == "strict"
+        return hash(outcome_reward) if strict else hash((OutcomeReward, self.answer_extraction))
 
 
 def get_outcome_reward(answer_extraction: str = "strict") -> Callable[..., list[float | None]]:

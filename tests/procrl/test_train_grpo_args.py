@@ -34,3 +34,12 @@ def test_flexible_mode_renames_the_reward(tmp_path):
 def test_unknown_mode_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="answer_extraction: strict"):
         GRPOScriptArguments(answer_extraction="lenient")
+
+
+def test_flexible_mode_is_refused_with_task_search():
+    # task=search pays EM on normalised answer strings: answer_extraction would be ignored yet recorded in summary.json
+    search = {"task": "search", "dataset_name": "2wiki_dev_sample", "reward_funcs": ["em"]}
+    with pytest.raises(ValueError, match="answer_extraction='flexible' has no effect with task=search") as info:
+        GRPOScriptArguments(**search, answer_extraction="flexible")
+    assert "answer_extraction: strict" in str(info.value)  # the message says how to fix it
+    assert GRPOScriptArguments(**search).answer_extraction == "strict"  # the default is accepted

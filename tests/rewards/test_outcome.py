@@ -116,6 +116,24 @@ EXTRACT_CASES = [
     ("The answer is 1e-30", r"1\times10^{-30}"),
     # strict mode: a number without an answer marker is no answer
     ("The total is $9{,}500$.", None),
+    # "####" after "The answer is": the value after ####, not the text "#### 72"
+    ("The answer is: #### 72", "72"),
+    # ... on the next line (the line after the phrase is empty, so the next non-empty one counts)
+    ("The answer is:\n#### 72", "72"),
+    # ... and after a number on the same line: the #### value, not "72 #### 72"
+    ("The answer is 72 #### 72", "72"),
+    # a prose mention of \boxed (followed by ".") is no box: the later "The answer is 7" applies
+    (r"I'll write it in \boxed. The answer is 7", "7"),
+    # \boxed followed by a word is a mention, not a box holding "notation"
+    (r"Use \boxed notation. The answer is 7", "7"),
+    # \boxedtext is another command, not \boxed
+    (r"\boxedtext{3}. The answer is 7", "7"),
+    # a brace-less box holding prose is no box either
+    (r"\boxed (in the end). The answer is 7", "7"),
+    # a mention after a real box: the real box is the last box
+    (r"\boxed{3}, as the \boxed. command shows", "3"),
+    # a brace-less box starting with a lone letter is a box: "x = 5"
+    (r"\boxed x = 5", "x = 5"),
     # no "last number anywhere" fallback
     ("I computed 6 * 7 = 42", None),
     # control characters and ANSI escapes are ignored
@@ -152,6 +170,51 @@ FLEXIBLE_EXTRACT_CASES = [
     (r"\boxed{3}. Then 4.", "3"),
     # empty text
     ("", None),
+    # --- the last number must stand alone; else None, never a piece of something else ---
+    # a simple fraction is read whole: 3/4, not its denominator 4
+    ("Thus 3/4 of them.", r"\frac{3}{4}"),
+    # ... with its sign: -1/2
+    ("It is -1/2.", r"-\frac{1}{2}"),
+    # a hedge between two values (as strict mode's "3 or 5"): neither 1/2 nor 2
+    ("It is 0.5 or 1/2.", None),
+    # ... between two integers: not 6
+    ("Answer: 5 or 6", None),
+    # ... a hedge word after the number: not 6
+    ("He needs 6 or more.", None),
+    # an operand of a subtraction: not 3
+    ("The result is 10 - 3.", None),
+    # ... also written "10 -3" (a minus right after a number is binary, not a sign)
+    ("The result is 10 -3.", None),
+    # ... of a multiplication, spaced or tight, with a number or a variable: not 4, not 6
+    ("So 3 * 4.", None),
+    # ... tight with a variable
+    ("The total is 6*x.", None),
+    # ... LaTeX \times inside math
+    (r"So $3 \times 4$.", None),
+    # an operator after the number: 7 is the left operand of "+ x"
+    ("The sum is 3 + 4 = 7 + x.", None),
+    # the value after a final "=" is the result, not an operand: 42 (an existing flexible reward row)
+    ("I computed 6 * 7 = 42", "42"),
+    # a mixed number "1 1/2" is not 1/2 (a number right after another number)
+    ("She needs 1 1/2 cups.", None),
+    # a hyphenated unit: 5 is part of "5-gallon", not the answer
+    ("He buys 3 5-gallon buckets", None),
+    # a date-like 3/4/2023: 2023 follows "/", and 4/2023 is not a simple fraction
+    ("She bought it on 3/4/2023", None),
+    # markdown emphasis is not multiplication: 42
+    ("Total is *42* apples", "42"),
+    # ... bold: 42
+    ("Total is **42**.", "42"),
+    # a completion cut off after a list marker: "2." is the next item's number, not the answer 2
+    ("1. Compute 3+4=7.\n2.", None),
+    # ... or after a "Step N" heading: not 3
+    ("We add them.\n\n**Step 3", None),
+    # ... a heading with a title: not 2
+    ("## Step 2: Compute the total", None),
+    # a number in parentheses after another number is ambiguous (an aside? the answer?): None, neither 12 nor 2023
+    ("12 (2023 prices).", None),
+    # parentheses without an earlier number: 42
+    ("The count is (42).", "42"),
 ]
 
 
@@ -310,10 +373,39 @@ REWARD_CASES = [
     (r"\boxed{0.0000002}", "0.0000001", 0.0),
     # a rational gold needs the exact value: 0.333333 = 333333/10^6 is not 1/3
     (r"\boxed{0.333333}", r"\frac{1}{3}", 0.0),
-    # a decimal against an irrational gold: |3.14159 - pi| = 2.65e-6 <= 1e-6 * pi = 3.14e-6, correct
+    # --- a decimal against an irrational value: correctly rounded to its written places, >= 5 significant digits ---
+    # pi = 3.14159265... rounded to 5 places is 3.14159: correct
     (r"\boxed{3.14159}", r"\pi", 1.0),
-    # |3.1416 - pi| = 7.35e-6 > 3.14e-6: wrong (the relative tolerance is about six significant digits)
-    (r"\boxed{3.1416}", r"\pi", 0.0),
+    # pi rounded to 4 places is 3.1416 (5 significant digits): correct (1e-6 relative used to reject it)
+    (r"\boxed{3.1416}", r"\pi", 1.0),
+    # sqrt(2) = 1.41421356... rounded to 5 places is 1.41421: correct (1e-6 relative used to reject it)
+    (r"\boxed{1.41421}", r"\sqrt{2}", 1.0),
+    # 3.14 is pi correctly rounded, but has only 3 significant digits: wrong
+    (r"\boxed{3.14}", r"\pi", 0.0),
+    # 3.1415 is pi truncated; rounded to 4 places it is 3.1416: wrong
+    (r"\boxed{3.1415}", r"\pi", 0.0),
+    # 3.1417 is not pi rounded to 4 places (3.1416): wrong
+    (r"\boxed{3.1417}", r"\pi", 0.0),
+    # the written places count, trailing zero included: 3.14160 has 5, and pi to 5 places is 3.14159: wrong
+    (r"\boxed{3.14160}", r"\pi", 0.0),
+    # negative: -sqrt(2) = -1.41421356... rounded to 5 places is -1.41421: correct
+    (r"\boxed{-1.41421}", r"-\sqrt{2}", 1.0),
+    # ... -1.41422 is not: wrong
+    (r"\boxed{-1.41422}", r"-\sqrt{2}", 0.0),
+    # large magnitude: 1000 pi = 3141.5926... rounded to 2 places is 3141.59: correct
+    (r"\boxed{3141.59}", r"1000\pi", 1.0),
+    # ... rounded to 1 place is 3141.6 (5 significant digits): correct
+    (r"\boxed{3141.6}", r"1000\pi", 1.0),
+    # ... 3141.5 is truncated (rounded it is 3141.6): wrong
+    (r"\boxed{3141.5}", r"1000\pi", 0.0),
+    # scientific notation: 3.14159e3 = 3141.59 has 2 places, = 1000 pi rounded: correct
+    ("The answer is 3.14159e3", r"1000\pi", 1.0),
+    # small magnitude: pi/1000 = 0.00314159... rounded to 7 places is 0.0031416 (5 significant digits): correct
+    (r"\boxed{0.0031416}", r"\frac{\pi}{1000}", 1.0),
+    # a decimal inside an expression is the exact number it writes: 2.5 pi = 5 pi / 2 exactly
+    (r"\boxed{2.5\pi}", r"\frac{5\pi}{2}", 1.0),
+    # the rule is symmetric: a decimal gold 3.1416 and the exact answer pi
+    (r"\boxed{\pi}", "3.1416", 1.0),
     # two exact values, one irrational: equal only to 50 digits; 355/113 - pi = 2.7e-7, wrong
     (r"\boxed{\frac{355}{113}}", r"\pi", 0.0),
     # relative, not absolute: e^-101 / e^-100 = 0.37, although the difference (2.3e-44) is tiny
@@ -351,6 +443,14 @@ REWARD_CASES = [
     (r"\boxed{0.5}", r"$\boxed \frac12$", 1.0),
     # strict extraction (the default): a number without a marker is no answer
     ("The total is $9{,}500$.", "9500", 0.0),
+    # "The answer is: #### 72" is 72, against the GSM8K solution (it used to be the text "#### 72": 0.0)
+    ("The answer is: #### 72", NATALIA, 1.0),
+    # ... on the next line, against a plain gold
+    ("The answer is:\n#### 72", "72", 1.0),
+    # ... after a number on the same line
+    ("The answer is 72 #### 72", "#### 72", 1.0),
+    # a prose mention of \boxed does not hide the later answer (it used to give no answer: 0.0)
+    (r"I'll write it in \boxed. The answer is 7", "7", 1.0),
 ]
 
 
@@ -407,6 +507,18 @@ FLEXIBLE_REWARD_CASES = [
     ("I computed 6 * 7 = 42", "42", 1.0),
     # a marker wins over the final sentence: the box says 3
     (r"\boxed{3}. The total is 4.", "4", 0.0),
+    # a fraction read whole: 3/4 = 0.75 exactly
+    ("Thus 3/4 of them.", "0.75", 1.0),
+    # 3 is an operand of "10 - 3", not an answer (it used to pay against gold 3)
+    ("The result is 10 - 3.", "3", 0.0),
+    # a hedge pays for neither value (it used to pay 6)
+    ("Answer: 5 or 6", "6", 0.0),
+    # a cut-off list marker is no answer (it used to pay 2)
+    ("1. Compute 3+4=7.\n2.", "2", 0.0),
+    # a number in parentheses after another number: None, so neither 2023 ...
+    ("12 (2023 prices).", "2023", 0.0),
+    # ... nor 12 is paid
+    ("12 (2023 prices).", "12", 0.0),
     # unparseable gold is still None
     ("The total is 3.", "see figure", None),
 ]
@@ -604,6 +716,39 @@ def test_reward_factory_names_and_pickles():
         flexible(completions=["a", "b"], answer=["1"])
 
 
+def test_strict_outcome_reward_class_is_outcome_reward():
+    # OutcomeReward defaults to strict, and a strict one is outcome_reward: same name (same TRL column and metrics),
+    # equal and hashed alike, so a lookup by equality (train_grpo's outcome_func) finds either
+    strict = OutcomeReward()
+    assert strict.answer_extraction == "strict" and strict.__name__ == "outcome_reward"
+    assert strict == outcome_reward and outcome_reward == strict and hash(strict) == hash(outcome_reward)
+    assert OutcomeReward("strict") == strict and strict != OutcomeReward("flexible")
+    assert strict in [outcome_reward] and outcome_reward in [strict] and len({strict, outcome_reward}) == 1
+    restored = pickle.loads(pickle.dumps(strict))
+    assert restored == outcome_reward and restored.__name__ == "outcome_reward"
+    # it pays as outcome_reward does: no marker, no answer; a box, the answer
+    completions, answer = ["The total is 7.", r"\boxed{7}"], ["7", "7"]
+    assert strict(completions=completions, answer=answer) == outcome_reward(completions=completions, answer=answer)
+    assert strict(completions=completions, answer=answer) == [0.0, 1.0]
+
+
+def test_numeric_comparison_error_falls_back_to_math_verify(monkeypatch):
+    # an exception in our numeric comparison gives None for that pair (math-verify decides), never "error"/False
+    calls = []
+
+    def broken(*args):
+        calls.append(args)
+        raise RuntimeError("a sympy corner case")
+
+    monkeypatch.setattr(outcome_module, "_numeric_verdict", broken)
+    # main thread: checked in this process, where the patch applies (worker processes load the module anew)
+    assert threading.current_thread() is threading.main_thread()
+    assert is_correct(r"\boxed{0.5}", r"\frac{1}{2}") is True  # math-verify: 0.5 == 1/2
+    assert calls  # the comparison was reached, and raised
+    assert is_correct(r"\boxed{3}", "4") is False  # math-verify: 3 != 4
+    assert outcome_reward(completions=[r"\boxed{72}", r"\boxed{24}"], answer=[NATALIA, NATALIA]) == [1.0, 0.0]
+
+
 def test_missing_answer_column():
     with pytest.raises(ValueError, match="answer"):
         outcome_reward(prompts=["p"], completions=["x"], completion_ids=[[1]])
@@ -627,11 +772,15 @@ def test_docstring_examples():
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(
-        st.sampled_from(list("0123456789,.$-+{}\\ \n#:%") + ["\\boxed{", "\\fbox{", "The answer is ", "\x00", "\x1b["]),
+        st.sampled_from(
+            list("0123456789,.$-+{}\\ \n#:%/*()=")
+            + ["\\boxed{", "\\boxed", "\\fbox{", "The answer is ", " or ", "Step ", "\x00", "\x1b["]
+        ),
         max_size=30,
     ).map("".join)
 )
 def test_arbitrary_text_never_raises(text):
-    answer = extract_answer(text)
-    assert answer is None or isinstance(answer, str)
+    for mode in ("strict", "flexible"):
+        answer = extract_answer(text, answer_extraction=mode)
+        assert answer is None or isinstance(answer, str)
     assert outcome_reward(completions=[text], answer=["3"])[0] in (0.0, 1.0)
