@@ -282,7 +282,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
 
     def _outcome_column(self) -> int | None:
         for i, func in enumerate(self.reward_funcs):
-            if func is self.outcome_func:
+            if func is self.outcome_func or func == self.outcome_func:  # OutcomeReward("strict") == outcome_reward
                 return i
         return None
 
