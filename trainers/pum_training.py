@@ -163,7 +163,7 @@ class PUMTrainingConfig(RewardConfig):
     `bf16: null` resolves to True only when a CUDA GPU supports bf16 and neither `fp16` nor `use_cpu` is set
     (TRL resolves it to True, which raises on a CPU-only machine); an explicit value is left to transformers.
     Other defaults that differ from TRL's: `output_dir` outputs/pum, `learning_rate` 1e-5 (a full fine-tune of a
-    small model; TRL's 1e-4 suits LoRA), 2 epochs, activation checkpointing off (it only slows a 135M model),
+    small model; TRL's 1e-4 suits LoRA), 1 epoch, activation checkpointing off (it only slows a 135M model),
     a log line every 5 steps.
     """
 
@@ -172,7 +172,7 @@ class PUMTrainingConfig(RewardConfig):
         metadata={"help": "Where the PUM checkpoint, pum_config.json and summary.json are written."},
     )
     learning_rate: float = field(default=1e-5, metadata={"help": "The initial learning rate for AdamW."})
-    num_train_epochs: float = field(default=2.0, metadata={"help": "Passes over the training pairs."})
+    num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training pairs."})
     # TRL's base config sets the deprecated alias to True; None leaves `activation_checkpointing` (default off) in
     # charge, without transformers' deprecation warning (transformers 5.24 training_args.py l. 1533-1545).
     gradient_checkpointing: bool | None = field(

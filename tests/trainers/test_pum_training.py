@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 CONFIG = ROOT / "configs" / "pum" / "train_gsm8k_smollm2.yaml"
 LORA_CONFIG = ROOT / "configs" / "pum" / "train_gsm8k_smollm2_lora.yaml"
-SHIPPED_PAIRS = 0  # rows of data_builders/data/pum_math_gsm8k_cpu.jsonl (its SOURCE note)
+SHIPPED_PAIRS = 110  # rows of data_builders/data/pum_math_gsm8k_cpu.jsonl (its SOURCE note)
 
 
 def make_pairs(n_problems: int = 10) -> datasets.Dataset:
