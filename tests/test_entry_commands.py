@@ -45,7 +45,7 @@ def test_accelerate_launch_train_pum_on_the_shipped_pairs(tmp_path):
     summary = json.loads((tmp_path / "outputs" / "pum" / "summary.json").read_text())
     assert summary["data"]["dataset"] == "pum_math_gsm8k_cpu"
     assert summary["train"]["steps"] == 1
-    assert summary["heldout"]["after"]["all"]["n"] == 4
+    assert summary["heldout"]["after"]["n"] == 4
     assert "all" in proc.stdout and "checkpoint: outputs/pum" in proc.stdout  # the held-out table was printed
     assert (tmp_path / "outputs" / "pum" / "pum_config.json").is_file()
 
