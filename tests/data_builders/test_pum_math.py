@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from subprocesses import wait_for_output  # tests/helpers
 
 from procrl.data_builders import pum_math as pm
 from procrl.data_builders.rollouts import Rollout, RolloutEngine
@@ -496,24 +497,6 @@ def _shards(out: Path) -> list[Path]:
     return sorted((out / "cache").rglob("rollouts-*.jsonl"))
 
 
-def _wait_for_output(proc, marker: bytes, timeout_s: float = 300) -> bytes:
-    """Read `proc.stdout` (a binary pipe) until `marker` appears; fail if the process exits first. The timeout only
-    guards against a hang, it is not what orders the test's steps."""
-    import selectors
-
-    seen = b""
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while marker not in seen:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0 and selector.select(remaining), f"no {marker!r} within {timeout_s} s: {seen!r}"
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            assert chunk, f"the build exited (code {proc.wait()}) before printing {marker!r}: {seen!r}"
-            seen += chunk
-    return seen
-
-
 def _decided(out: Path) -> tuple[list, list]:
     """What the sampled ids decide, exactly: every prefix's text and success counts, every pair's texts and type."""
     import datasets
@@ -562,7 +545,7 @@ def test_kill_9_resume_and_two_ranks_give_the_uninterrupted_dataset(tmp_path, ti
             stderr=stderr,
         )
         try:
-            _wait_for_output(proc, f"blocked before shard {finished}".encode())
+            wait_for_output(proc, f"blocked before shard {finished}".encode())
         except AssertionError as err:
             proc.kill()
             proc.wait()

@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
+from subprocesses import wait_for_output  # tests/helpers
 
 from procrl.data_builders.rollouts import (
     Rollout,
@@ -420,24 +420,6 @@ def _load(out, rank=0):
     return json.loads(Path(f"{out}.rank{rank}").read_text())
 
 
-def _wait_for_output(proc, marker: bytes, timeout_s: float = 300) -> bytes:
-    """Read `proc.stdout` (a binary pipe) until `marker` appears; fail if the process exits first. The timeout only
-    guards against a hang (a shard takes about a second), it is not what orders the test's steps."""
-    import selectors
-
-    seen = b""
-    deadline = time.monotonic() + timeout_s
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        while marker not in seen:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0 and selector.select(remaining), f"no {marker!r} within {timeout_s} s: {seen!r}"
-            chunk = os.read(proc.stdout.fileno(), 4096)
-            assert chunk, f"the run exited (code {proc.wait()}) before printing {marker!r}: {seen!r}"
-            seen += chunk
-    return seen
-
-
 def _flat(result: dict) -> list[dict]:
     """The rows of a result in request order (= shard order: shard i holds rows SHARD_ROWS*i ...)."""
     return [row for rollouts in result.values() for row in rollouts]
@@ -488,7 +470,7 @@ def test_kill_9_and_resume_gives_the_uninterrupted_result(job, uninterrupted):
             stderr=stderr,
         )
         try:
-            _wait_for_output(proc, b"blocked before shard 2")
+            wait_for_output(proc, b"blocked before shard 2")
         except AssertionError as err:
             proc.kill()
             proc.wait()
