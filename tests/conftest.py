@@ -46,6 +46,15 @@ def tiny_llama(smollm2_tokenizer):
     return make_tiny_llama(len(smollm2_tokenizer))
 
 
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
+    """A saved tiny random Llama with the SmolLM2 tokenizer (a model directory for scripts and subprocesses)."""
+    path = tmp_path_factory.mktemp("tiny-policy")
+    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(path)
+    smollm2_tokenizer.save_pretrained(path)
+    return path
+
+
 @pytest.fixture()
 def tokenizer(smollm2_tokenizer):
     """The SmolLM2 tokenizer with left padding, as GRPO generation pads prompts (the trainer tests); the shared

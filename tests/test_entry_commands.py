@@ -28,14 +28,6 @@ def _run(cmd: list[str], cwd: Path, timeout: int = 900, **env) -> subprocess.Com
     return proc
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
-    path = tmp_path_factory.mktemp("tiny-policy")
-    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
-
-
 def test_accelerate_launch_train_pum_on_the_shipped_pairs(tmp_path):
     # the documented command with nothing in the working directory; the flags only make it small
     flags = ["--max_steps", "1", "--max_train_pairs", "4", "--max_eval_pairs", "4", "--per_device_train_batch_size",

@@ -18,14 +18,6 @@ BIN = Path(sys.executable).parent
 CONFIG = ROOT / "configs" / "grpo" / "svamp_smollm2_picsar.yaml"
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
-    path = tmp_path_factory.mktemp("tiny-policy")
-    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
-
-
 def _flags(model_dir, out_dir, report_to="none"):
     return [
         "--config", str(CONFIG),

@@ -93,14 +93,6 @@ def fakes(monkeypatch, smollm2_tokenizer):
     return record
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
-    path = tmp_path_factory.mktemp("tiny-policy")
-    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
-
-
 def _argv(model_dir, out_dir, *extra):
     return [
         "--config", str(MAIN_CONFIG), "--model_name_or_path", str(model_dir), "--output_dir", str(out_dir),

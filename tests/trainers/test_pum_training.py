@@ -65,14 +65,6 @@ def make_pairs(n_problems: int = 10) -> datasets.Dataset:
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
-    path = tmp_path_factory.mktemp("tiny-lm")
-    tiny_llama_factory(len(smollm2_tokenizer)).save_pretrained(path)
-    smollm2_tokenizer.save_pretrained(path)
-    return path
-
-
-@pytest.fixture(scope="module")
 def pairs_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("pairs") / "pum_math"
     make_pairs().save_to_disk(str(path))
