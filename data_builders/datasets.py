@@ -52,6 +52,7 @@ __all__ = [
     "builtin_data_file",
     "format_answer",
     "load_math_dataset",
+    "resolve_template",
     "validate_template",
 ]
 
@@ -63,6 +64,7 @@ __all__ = [
 ANSWER_INSTRUCTION = 'Reason in a few short steps, then end with "The answer is <number>."'
 
 ZERO_SHOT_TEMPLATE = "{question}\n" + ANSWER_INSTRUCTION
+
 
 # One worked example as a finished chat exchange (user question, assistant solution, end of turn), then the new
 # question. Measured on the embedded SmolLM2-135M-Instruct, greedy, 32 SVAMP problems at 96 new tokens: with the
@@ -107,6 +109,16 @@ def validate_template(template: PromptTemplate) -> PromptTemplate:
             f"got {template!r}."
         )
     return template
+
+
+def resolve_template(name: str) -> str:
+    """A prompt template by name: "one_shot" / "zero_shot" -> the shipped templates; any other string is itself a
+    custom template with a `{question}` field.
+
+    >>> resolve_template("zero_shot") == ZERO_SHOT_TEMPLATE, resolve_template("Q: {question}")
+    (True, 'Q: {question}')
+    """
+    return {"one_shot": ONE_SHOT_TEMPLATE, "zero_shot": ZERO_SHOT_TEMPLATE}.get(name, name)
 
 
 def build_prompt(question: str, template: PromptTemplate = ONE_SHOT_TEMPLATE) -> list[dict[str, str]]:

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
 
 import torch
 from trl.trainer.utils import nanstd
 
 from procrl.rewards.outcome import outcome_reward
+from procrl.step_rewards import StepRewardFunc, StepRewards
 from procrl.utils import check_reward_length
 
 __all__ = [
@@ -50,59 +49,6 @@ __all__ = [
 ]
 
 EPS = 1e-4  # TRL's epsilon in the advantage denominator (trl/trainer/grpo_trainer.py:2787)
-
-
-@dataclass(frozen=True)
-class StepRewards:
-    """The step rewards of ONE completion, aligned with its sampled token ids.
-
-    Attributes:
-        values: one reward per step (raw, not normalised; NaN = this step could not be scored).
-        boundaries: exclusive token end of each step within the completion ids (0-based): step k covers tokens
-            `[boundaries[k-1], boundaries[k])` (step 0 starts at 0). Strictly increasing, first >= 1; the last must
-            equal the completion length in tokens, so every token (EOS included) belongs to a step. Use
-            `procrl.rewards.steps.token_steps(completion_ids, tokenizer)` for sampled ids.
-
-    Raises:
-        ValueError: empty, unequal lengths, or boundaries that are not strictly increasing positive integers.
-
-    >>> StepRewards(values=[0.2, 0.9], boundaries=[4, 8])
-    StepRewards(values=[0.2, 0.9], boundaries=[4, 8])
-    """
-
-    values: list[float]
-    boundaries: list[int]
-
-    def __post_init__(self) -> None:
-        if len(self.values) == 0 or len(self.values) != len(self.boundaries):
-            raise ValueError(
-                f"StepRewards needs one value per step and at least one step; got {len(self.values)} values and "
-                f"{len(self.boundaries)} boundaries (return None for a completion the scorer does not apply to)."
-            )
-        previous = 0
-        for b in self.boundaries:
-            if isinstance(b, bool) or int(b) != b or b <= previous:
-                raise ValueError(
-                    f"StepRewards boundaries must be strictly increasing positive token indices, got {self.boundaries}."
-                )
-            previous = b
-
-
-class StepRewardFunc(Protocol):
-    """A step scorer as the trainer calls it (TRL's reward signature, one `StepRewards` or None per completion).
-
-    `f(prompts, completions, completion_ids, **kwargs) -> list[StepRewards | None]`: dataset columns and the
-    rollout's extra fields arrive as keywords (as for TRL reward functions), `completion_ids` are the sampled ids
-    the boundaries refer to, and None means "not applicable" (zero process advantage, counted in
-    `process/not_applicable`). A step scorer used for process advantages must not also be one of TRL's
-    `reward_funcs`, or it would be counted twice.
-    """
-
-    __name__: str
-
-    def __call__(
-        self, prompts: list, completions: list, completion_ids: list[list[int]], **kwargs: Any
-    ) -> list[StepRewards | None]: ...
 
 
 class OutcomeStepRewards:
