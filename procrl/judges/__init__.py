@@ -1,0 +1,52 @@
+"""LLM judges (core layer): JSON judgements validated with pydantic, from any OpenAI-compatible server or a local model.
+
+DESIGN §3 "Judges" and "Local servers". Every judge takes chat requests (one message list each) and a pydantic
+schema, and returns one `JudgeResult` per request, in order:
+
+    results = judge.judge([messages_1, messages_2], MySchema)   # list[JudgeResult[MySchema]]
+    results[0].value        # a validated MySchema, or None when unscored
+    results[0].unscored     # why not: "timeout" | "http_<status>" | "connection" | "invalid_json" |
+                            #          "schema_mismatch" | "empty" | "error:<ExceptionName>"
+
+A failed judgement never raises: it is a typed "unscored" result, counted in `judge.stats`. Only bad arguments
+raise (`ValueError`).
+
+Backends:
+- `OpenAICompatibleJudge` (`procrl.judges.client`): the `openai` client against vLLM, llama.cpp,
+  `transformers serve` or a hosted API; temperature 0, JSON mode, bounded concurrency, retries with backoff on
+  timeouts, connection errors, malformed bodies, 429 and 5xx. The API key comes only from an environment variable
+  (default `PROCRL_JUDGE_API_KEY`) and is never logged, cached or shown in a repr.
+- `TransformersJudge` (`procrl.judges.local`): an in-process causal LM (greedy, chat template, batched left-padded
+  `generate`).
+- `JudgeServer` (`procrl.judges.server`): starts `transformers serve <model dir> --host 127.0.0.1 --port P
+  --device cpu` and stops its whole process group; `open_judge("local")` pairs it with an `OpenAICompatibleJudge`.
+
+The modules, by job: `parse` (the first JSON object of a reply, validated against the schema), `cache` (one JSON
+file per validated judgement, keyed by `request_cache_key`), `base` (`JudgeResult`, `JudgeStats`, the `Judge`
+interface), `client`, `local`, `server` (the backends above) and `spec` (`open_judge`, one entry point for
+commands). Until procrl 0.3, `procrl.rewards.judges` re-exports these names with a `DeprecationWarning`.
+"""
+
+from procrl.judges.base import Judge, JudgeResult, JudgeStats
+from procrl.judges.cache import JudgeCache, request_cache_key
+from procrl.judges.client import DEFAULT_API_KEY_ENV, OpenAICompatibleJudge, list_server_models
+from procrl.judges.local import TransformersJudge
+from procrl.judges.parse import extract_json_object, parse_judgement
+from procrl.judges.server import JudgeServer
+from procrl.judges.spec import open_judge
+
+__all__ = [
+    "JudgeResult",
+    "JudgeStats",
+    "Judge",
+    "OpenAICompatibleJudge",
+    "TransformersJudge",
+    "JudgeServer",
+    "open_judge",
+    "request_cache_key",
+    "extract_json_object",
+    "parse_judgement",
+    "JudgeCache",
+    "list_server_models",
+    "DEFAULT_API_KEY_ENV",
+]
