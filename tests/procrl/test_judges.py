@@ -1,4 +1,4 @@
-"""Tests of procrl.rewards.judges: parsing, cache, retries and faults against a scripted local HTTP server,
+"""Tests of procrl.judges: parsing, cache, retries and faults against a scripted local HTTP server,
 the in-process judge, and one integration test against `transformers serve` on the embedded default model."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 
-from procrl.rewards.judges import (
+from procrl.judges import (
     JudgeResult,
     JudgeServer,
     JudgeStats,
