@@ -19,6 +19,8 @@ import time
 
 from pydantic import BaseModel, Field
 
+from procrl.judges import JudgeServer, OpenAICompatibleJudge
+
 
 class Score(BaseModel):
     score: int = Field(ge=1, le=5)
@@ -48,8 +50,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def run_arm(server, requests, concurrency: int, args) -> tuple[float, dict]:
-    from procrl.rewards.judges import OpenAICompatibleJudge
-
     judge = OpenAICompatibleJudge(
         server.base_url,
         server.model_id,
@@ -66,8 +66,6 @@ def run_arm(server, requests, concurrency: int, args) -> tuple[float, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = make_parser().parse_args(argv)
-    from procrl.rewards.judges import JudgeServer
-
     requests = make_requests(args.n)
     with JudgeServer(args.model, continuous_batching=args.continuous_batching, num_threads=args.num_threads) as server:
         print(f"server: {' '.join(server.command())}")
