@@ -19,8 +19,14 @@ ROOT = Path(__file__).resolve().parent
 _PACKAGE_DIR = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["package-dir"]
 # Only the top folders: procrl.rewards.stepgap is rewards/stepgap, found below rewards/.
 LIBRARY_FOLDERS = {ROOT / folder: package for package, folder in _PACKAGE_DIR.items() if "/" not in folder}
-# Modules whose doctests an existing test already runs (tests/rewards/test_outcome.py::test_module_doctests).
+# Modules (and packages, with all their modules) whose doctests an existing test already runs
+# (tests/rewards/test_outcome.py::test_docstring_examples, under that file's generous time budget).
 RUN_ELSEWHERE = {"procrl.rewards.outcome"}
+
+
+def run_elsewhere(name: str) -> bool:
+    """Whether `name` is in RUN_ELSEWHERE or a module of a package that is: procrl.rewards.outcome.extract."""
+    return any(name == skip or name.startswith(f"{skip}.") for skip in RUN_ELSEWHERE)
 
 
 def library_module_name(path: Path) -> str | None:
@@ -62,6 +68,6 @@ def pytest_collect_file(file_path: Path, parent):
     for node in collected:
         if type(node) is not DoctestModule:
             kept.append(node)
-        elif name is not None and name not in RUN_ELSEWHERE:
+        elif name is not None and not run_elsewhere(name):
             kept.append(LibraryDoctestModule.from_parent(parent, path=file_path))
     return kept

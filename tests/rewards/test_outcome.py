@@ -18,12 +18,18 @@ from hypothesis import strategies as st
 import procrl.rewards.outcome as outcome_module
 from procrl.rewards.outcome import (
     OutcomeReward,
+    compare,
+    deadline,
     extract_answer,
     get_outcome_reward,
     is_correct,
     outcome_reward,
     parse_gold,
 )
+from procrl.rewards.outcome import extract as extract_module
+from procrl.rewards.outcome import normalize as normalize_module
+from procrl.rewards.outcome import reward as reward_module
+from procrl.rewards.outcome import verify as verify_module
 
 # A short GSM8K-style solution: the calculator annotations hold intermediate values (24, 72), the answer is 72.
 NATALIA = (
@@ -35,12 +41,14 @@ FILLER_400 = "filler " * 57 + "x"  # 400 characters
 assert len(FILLER_400) == 400
 # sympy evaluates 10^(10^10) as an exact big-integer power in C: effectively endless, and it holds the GIL.
 PATHOLOGICAL = r"So the answer is \boxed{10^{10^{10}}}"
+# The package and its modules, one job each (their doctests run in test_docstring_examples).
+OUTCOME_MODULES = [outcome_module, normalize_module, extract_module, compare, deadline, verify_module, reward_module]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _close_worker_processes():
     yield
-    outcome_module._close_workers()
+    deadline._close_workers()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -540,7 +548,7 @@ def test_no_answer_metric_names_the_mode():
         assert (
             func(completions=completions, answer=answer, log_metric=lambda k, v, c=calls: c.append((k, v))) == rewards
         )
-        assert calls == [("outcome/unparseable_gold", 0.0), (f"outcome/no_answer_{mode}", pytest.approx(no_answer))]
+        assert calls == [("task/unparseable_gold", 0.0), (f"task/no_answer_{mode}", pytest.approx(no_answer))]
 
 
 def test_strings_and_message_lists_in_one_batch():
@@ -559,7 +567,7 @@ def test_unparseable_gold_metric():
     )
     assert rewards == [1.0, None, 1.0, None]
     # 2 of 4 golds cannot be parsed; 1 of 4 completions ("x") has no answer
-    assert calls == [("outcome/unparseable_gold", 0.5), ("outcome/no_answer_strict", 0.25)]
+    assert calls == [("task/unparseable_gold", 0.5), ("task/no_answer_strict", 0.25)]
 
 
 def test_no_metric_without_log_metric():
@@ -602,8 +610,8 @@ def _idle_worker():
     measures the check and not a worker start (which may take up to _STARTUP_TIMEOUT_S); return it."""
     value, _ = _in_thread(lambda: is_correct(r"\boxed{1}", "1"))
     assert value is True
-    with outcome_module._POOL_LOCK:
-        return outcome_module._IDLE[-1]  # _run_in_worker takes _IDLE.pop()
+    with deadline._POOL_LOCK:
+        return deadline._IDLE[-1]  # _run_in_worker takes _IDLE.pop()
 
 
 def test_pathological_answer_in_a_thread_is_bounded():
@@ -612,27 +620,27 @@ def test_pathological_answer_in_a_thread_is_bounded():
     _idle_worker()
     value, elapsed = _in_thread(lambda: is_correct(PATHOLOGICAL, "3", timeout_s=1.0))
     assert value is False
-    assert elapsed < 1.0 + outcome_module._GRACE_S + BOUND_SLACK_S
+    assert elapsed < 1.0 + deadline._GRACE_S + BOUND_SLACK_S
 
 
 def test_outcome_reward_in_a_thread(monkeypatch):
     # one batch from a thread: only the pathological check gets a short budget (1 s); the valid ones keep the
     # module's generous default, so on a loaded machine none of them can run out of time and flip its reward
-    bounded, statuses = outcome_module._bounded, []
+    bounded, statuses = deadline._bounded, []
 
     def per_check_budget(op, args, timeout_s):
         result = bounded(op, args, 1.0 if PATHOLOGICAL_ANSWER in args else timeout_s)
         statuses.append((PATHOLOGICAL_ANSWER in args, result[0]))
         return result
 
-    monkeypatch.setattr(outcome_module, "_bounded", per_check_budget)
+    monkeypatch.setattr(deadline, "_bounded", per_check_budget)
     _idle_worker()
     completions = [PATHOLOGICAL, r"\boxed{\frac{1}{2}}", "The answer is 2", "x"]
     value, elapsed = _in_thread(lambda: outcome_reward(completions=completions, answer=["3", "0.5", "3", "see figure"]))
     assert value == [0.0, 1.0, 0.0, None]
     assert (True, "timeout") in statuses  # the pathological check really ran out of its budget ...
     assert all(status == "ok" for pathological, status in statuses if not pathological)  # ... and no other did
-    assert elapsed < 1.0 + outcome_module._GRACE_S + BOUND_SLACK_S
+    assert elapsed < 1.0 + deadline._GRACE_S + BOUND_SLACK_S
 
 
 def test_concurrent_threads_get_their_own_workers():
@@ -643,7 +651,7 @@ def test_concurrent_threads_get_their_own_workers():
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda job: is_correct(*job), jobs))
     assert results == [i % 2 == 1 for i in range(20)]
-    assert len(outcome_module._IDLE) <= outcome_module._MAX_IDLE_WORKERS
+    assert len(deadline._IDLE) <= deadline._MAX_IDLE_WORKERS
 
 
 def test_parse_gold_in_a_thread():
@@ -664,8 +672,8 @@ def test_stuck_worker_is_killed_and_replaced():
             os.kill(stuck.proc.pid, signal.SIGKILL)
     assert value is None  # its first step, parsing the gold, timed out: a gold that cannot be parsed in time
     assert stuck.proc.returncode == -signal.SIGKILL  # killed by the caller
-    assert stuck not in outcome_module._IDLE
-    assert elapsed < 1.0 + outcome_module._GRACE_S + BOUND_SLACK_S
+    assert stuck not in deadline._IDLE
+    assert elapsed < 1.0 + deadline._GRACE_S + BOUND_SLACK_S
     value, _ = _in_thread(lambda: is_correct(r"\boxed{3}", "3"))
     assert value is True
 
@@ -740,7 +748,7 @@ def test_numeric_comparison_error_falls_back_to_math_verify(monkeypatch):
         calls.append(args)
         raise RuntimeError("a sympy corner case")
 
-    monkeypatch.setattr(outcome_module, "_numeric_verdict", broken)
+    monkeypatch.setattr(compare, "_numeric_verdict", broken)
     # main thread: checked in this process, where the patch applies (worker processes load the module anew)
     assert threading.current_thread() is threading.main_thread()
     assert is_correct(r"\boxed{0.5}", r"\frac{1}{2}") is True  # math-verify: 0.5 == 1/2
@@ -765,8 +773,9 @@ def test_bad_timeout_is_rejected():
 
 
 def test_docstring_examples():
-    result = doctest.testmod(outcome_module)
-    assert result.attempted >= 8 and result.failed == 0
+    # the package and each of its modules (conftest.py leaves them to this test: the generous budget above applies)
+    results = [doctest.testmod(module) for module in OUTCOME_MODULES]
+    assert sum(r.attempted for r in results) >= 8 and sum(r.failed for r in results) == 0
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
