@@ -10,6 +10,7 @@ The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.0
     rightmost non-pad token and pad == eos for SmolLM2, DESIGN §3);
   - `mode="last"`: U after the last step, from the one-pass step scoring (equal to "full" within float tolerance);
   - `mode="min"`: min over k of U(x, p_k), the step prefixes p_1..p_K (a weakest-link process reward).
+  "last" and "min" reduce the per-step values with `procrl.step_rewards.aggregate_step_values` (NaN if any is).
 
   A completion that does not fit the PUM's budget (`max_length`; its end was cut, `PrefixUtilityModel.score_steps`
   leaves its last steps unscored) gets None in EVERY mode, never NaN and never a stand-in: the value each mode
@@ -24,7 +25,7 @@ The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.0
     `reward_weights: [1.0, 0.5]`, `multi_objective_aggregation: normalize_then_sum`;
   - process-only: `reward_funcs = [PUMReward(path)]` (or `mode="min"` / `"last"`).
 
-* `PUMStepRewards` (a `procrl.trainers.advantages.StepRewardFunc`): per-step rewards
+* `PUMStepRewards` (a `procrl.step_rewards.StepRewardFunc`): per-step rewards
   r_k = U(x, p_k) - U(x, p_{k-1}) with U(x, p_0) = U(x, ∅) (the empty prefix), so that Σ_k r_k = U(x, y) - U(x, ∅).
   A step whose end lies beyond the PUM's budget is unscored: r_k = NaN (every later step too), which process
   advantages treat as "no reward" (r~ = 0, left out of the group statistics) and the trainer counts in
@@ -49,7 +50,7 @@ from typing import Any
 
 from procrl.rewards.pum import PrefixUtilityModel, strip_trailing_eos
 from procrl.rewards.steps import token_steps
-from procrl.trainers.advantages import StepRewards
+from procrl.step_rewards import StepRewards, aggregate_step_values
 from procrl.utils import check_reward_length, completion_to_text, get_logger, prompt_to_text
 
 logger = get_logger(__name__)
@@ -174,11 +175,8 @@ class PUMReward(PUMHolder):
                 scores = pum.score([problems[i] for i in keep], [texts[i] for i in keep])
             else:
                 per_step = pum.score_steps([problems[i] for i in keep], [texts[i] for i in keep])
-                # a fitting completion has every step scored; a NaN left would make min/last None below, not NaN
-                scores = [
-                    math.nan if any(math.isnan(v) for v in row) else (min(row) if self.mode == "min" else row[-1])
-                    for row in per_step
-                ]
+                # a fitting completion has every step scored; a NaN left makes the aggregate NaN, so None below
+                scores = [aggregate_step_values(row, self.mode) for row in per_step]
             for i, score in zip(keep, scores, strict=True):
                 values[i] = float(score) if math.isfinite(score) else None
         log_metric = kwargs.get("log_metric")

@@ -13,7 +13,7 @@ import pytest
 from procrl.rewards.pum import PrefixUtilityModel
 from procrl.rewards.pum_rewards import PUMReward, PUMStepRewards, get_pum_reward
 from procrl.rewards.steps import token_steps
-from procrl.trainers.advantages import StepRewards
+from procrl.step_rewards import StepRewards
 
 PROBLEM = "Tom has 3 apples and buys 5 more. How many apples does he have?"
 COMPLETION = "Tom starts with 3 apples.\n\nHe buys 5 more, so 3 + 5 = 8.\n\nThe answer is 8."
@@ -217,7 +217,7 @@ class FixedRollout:
         self.texts = texts
 
     def __call__(self, prompts, trainer):
-        from procrl.trainers.rollout import render_prompts
+        from procrl.generation import render_prompts
 
         tok = trainer.processing_class
         ids = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in self.texts[: len(prompts)]]
