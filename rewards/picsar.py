@@ -28,8 +28,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from procrl.generation import render_prompts
 from procrl.logprobs import sequence_logps
+from procrl.models import resolve_model
 from procrl.rewards.outcome import extract_answer
 from procrl.utils import check_reward_length, completion_to_text, prompt_to_text
 
@@ -126,7 +129,9 @@ class PiCSARScorer:
         state = self.__dict__.copy()
         if state["evaluator"] is not None and not isinstance(state["evaluator"], str):
             if self.evaluator_name is None:
-                raise TypeError("a PiCSARScorer holding an evaluator model object cannot be pickled; pass its name or path")
+                raise TypeError(
+                    "a PiCSARScorer holding an evaluator model object cannot be pickled; pass its name or path"
+                )
             state["evaluator"], state["evaluator_tokenizer"] = self.evaluator_name, None
         if state["model"] is not None:
             state["model"], state["tokenizer"] = None, None
@@ -136,10 +141,6 @@ class PiCSARScorer:
         model = self.evaluator if self.evaluator is not None else self.model
         tokenizer = self.evaluator_tokenizer or self.tokenizer
         if isinstance(model, str):  # a name or path: load once
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
-            from procrl.models import resolve_model
-
             path = resolve_model(model)
             device = next(self.model.parameters()).device if self.model is not None else "cpu"
             self.evaluator = model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
@@ -159,8 +160,6 @@ class PiCSARScorer:
             prompts: chat messages or strings (rendered like the rollout renders them).
             completion_ids: sampled token ids, `(L_i,)` each.
         """
-        from procrl.trainers.rollout import render_prompts
-
         if self.model is None or self.tokenizer is None:
             raise RuntimeError("reasoning_logps needs `model` and `tokenizer` (or completion_logps)")
         prompt_ids = render_prompts(self.tokenizer, prompts)

@@ -31,6 +31,7 @@ import string
 from collections.abc import Sequence
 from typing import Any
 
+from procrl.rewards.stepgap.trace import parse_trace
 from procrl.utils import completion_to_text
 
 __all__ = ["GOLD_COLUMN", "em_reward", "exact_match", "gold_list", "normalize_answer"]
@@ -112,8 +113,6 @@ def em_reward(prompts, completions, completion_ids=None, *, golden_answers=None,
     Raises:
         ValueError: `golden_answers` missing entirely, or of the wrong length.
     """
-    from procrl.rewards.stepgap.trace import parse_trace
-
     if golden_answers is None:
         raise ValueError(f"em_reward needs the dataset column '{GOLD_COLUMN}' (list of gold aliases per question).")
     if len(golden_answers) != len(completions):

@@ -6,8 +6,8 @@ import pickle
 import pytest
 import torch
 
+from procrl.generation import render_prompts
 from procrl.rewards.picsar import PiCSARScore, PiCSARScorer, get_picsar_bonus, select_best_of_n
-from procrl.trainers.rollout import render_prompts
 
 
 def _manual_logps(model, ids, start):
@@ -72,8 +72,11 @@ def test_reward_returns_none_without_an_answer_and_raw_means_otherwise(scorer):
 
 def test_message_list_completions_work(scorer):
     prompts = [[{"role": "user", "content": "What is 2 + 3?"}]]
-    as_messages = scorer(prompts=prompts, completions=[[{"role": "assistant", "content": "The answer is 5"}]],
-                         completion_logps=[[-0.1, -0.2]])
+    as_messages = scorer(
+        prompts=prompts,
+        completions=[[{"role": "assistant", "content": "The answer is 5"}]],
+        completion_logps=[[-0.1, -0.2]],
+    )
     as_text = scorer(prompts=prompts, completions=["The answer is 5"], completion_logps=[[-0.1, -0.2]])
     assert as_messages == pytest.approx(as_text)
 
@@ -105,5 +108,8 @@ def test_pickled_scorer_keeps_a_named_evaluator_and_refuses_a_model_object(tiny_
 
 def test_wrong_length_completion_logps_raises(scorer):
     with pytest.raises(ValueError, match="completion_logps"):
-        scorer(prompts=[[{"role": "user", "content": "x"}]] * 2, completions=["The answer is 1"] * 2,
-               completion_logps=[[-1.0]])
+        scorer(
+            prompts=[[{"role": "user", "content": "x"}]] * 2,
+            completions=["The answer is 1"] * 2,
+            completion_logps=[[-1.0]],
+        )
