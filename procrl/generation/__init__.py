@@ -1,9 +1,22 @@
-"""Generation primitives (core layer): prompt rendering, batched `generate` with log-probs kept.
+"""Generation primitives (core layer): prompt rendering, batched `generate` with log-probs kept, rollout engines.
 
-`procrl.generation.hf` drives transformers `generate`; the rollout engines of the data builders (transformers and
-vLLM) build on it.
+`procrl.generation.hf` drives transformers `generate`; the rollout engines of the data builders
+(`procrl.generation.engines`: transformers and vLLM) build on it.
 """
 
+from procrl.generation.engines import (
+    FINISH_REASONS,
+    Rollout,
+    RolloutEngine,
+    SamplingParams,
+    TransformersEngine,
+    VLLMEngine,
+    cut_completion,
+    default_state,
+    derive_seed,
+    make_engine,
+    weights_fingerprint,
+)
 from procrl.generation.hf import (
     GenerationOutput,
     completion_lengths,
@@ -14,10 +27,21 @@ from procrl.generation.hf import (
 )
 
 __all__ = [
+    "FINISH_REASONS",
     "GenerationOutput",
+    "Rollout",
+    "RolloutEngine",
+    "SamplingParams",
+    "TransformersEngine",
+    "VLLMEngine",
     "completion_lengths",
+    "cut_completion",
+    "default_state",
+    "derive_seed",
     "eos_token_ids",
     "generate_completions",
     "left_pad",
+    "make_engine",
     "render_prompts",
+    "weights_fingerprint",
 ]

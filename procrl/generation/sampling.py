@@ -1,0 +1,158 @@
+"""What a rollout engine is asked and what it returns (core layer): `SamplingParams`, `Rollout`, `RolloutEngine`.
+
+Every engine (`procrl.generation.transformers_engine.TransformersEngine`, `procrl.generation.vllm_engine.VLLMEngine`)
+returns one `Rollout` per prompt row: the sampled token ids cut after the first EOS (kept) or after the first token
+that completes a stop string (kept), their text, and their log-probabilities under the RAW model distribution
+(temperature 1, no top-p/top-k; natural log), whatever the sampling settings were.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["FINISH_REASONS", "Rollout", "RolloutEngine", "SamplingParams"]
+
+FINISH_REASONS = ("eos", "stop", "length")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion. Hashable and canonical (`to_dict`), so it can key the rollout cache.
+
+    The sampling knobs act on the sampler only: `Rollout.logprobs` are always raw (temperature 1) log-probs.
+
+    Raises:
+        ValueError: a value out of range (the message names the field and its valid range).
+    """
+
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature; 0 means greedy decoding."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass in (0, 1]; 1 = off."})
+    top_k: int = field(default=0, metadata={"help": "Keep the k most likely tokens; 0 = off."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Most tokens generated per completion (>= 1)."})
+    stop: tuple[str, ...] = field(
+        default=(),
+        metadata={
+            "help": "Stop strings: a completion ends with the first token that completes one of them in the "
+            "completion's text (the token, hence the stop string, is kept). Text of the prompt never matches."
+        },
+    )
+    min_new_tokens: int = field(
+        default=0,
+        metadata={"help": "EOS is suppressed before this many tokens (benchmarks use it to force lengths); 0 = off."},
+    )
+
+    def __post_init__(self):
+        # Canonical types, so SamplingParams(temperature=1) and (temperature=1.0) key the same cache entry.
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        object.__setattr__(self, "stop", stop)
+        for name, kind in (("temperature", float), ("top_p", float), ("top_k", int)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
+        for name in ("max_new_tokens", "min_new_tokens"):
+            object.__setattr__(self, name, int(getattr(self, name)))
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1 turns it off), got {self.top_p}.")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 turns it off), got {self.top_k}.")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}.")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            raise ValueError(
+                f"min_new_tokens must be in [0, max_new_tokens={self.max_new_tokens}], got {self.min_new_tokens}."
+            )
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop must hold non-empty strings, got {self.stop!r}; use () for no stop strings.")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    @property
+    def samples_raw_distribution(self) -> bool:
+        """True when the sampler draws from the raw model distribution (T = 1, no top-p, no top-k)."""
+        return self.temperature == 1.0 and self.top_p == 1.0 and self.top_k == 0
+
+    def to_dict(self) -> dict:
+        """Canonical JSON-able dict (stop strings as a list), e.g. for cache keys."""
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class Rollout:
+    """One sampled completion.
+
+    Attributes:
+        token_ids: generated ids `(L,)`, cut after the first EOS (kept) or after the first token that completes a
+            stop string (kept); never longer than `max_new_tokens`.
+        text: `tokenizer.decode(token_ids, skip_special_tokens=True)`. With a stop string it may run a few characters
+            past the stop string when the completing token does (e.g. token "\\n\\nThe" for stop "\\n\\n").
+        logprobs: natural-log probabilities of `token_ids` under the RAW model distribution (temperature 1, no
+            top-p/top-k), `(L,)`; logits at position t score token t + 1.
+        finish_reason: "eos" (ends with an EOS id), "stop" (a stop string), or "length" (`max_new_tokens` reached).
+
+    Raises:
+        ValueError: `logprobs` and `token_ids` differ in length, or `finish_reason` is not one of `FINISH_REASONS`.
+    """
+
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: str
+
+    def __post_init__(self):
+        if len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"Rollout has {len(self.token_ids)} token ids but {len(self.logprobs)} log-probs.")
+        if self.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}, got {self.finish_reason!r}.")
+
+    def to_dict(self) -> dict:
+        return {
+            "token_ids": list(self.token_ids),
+            "text": self.text,
+            "logprobs": list(self.logprobs),
+            "finish_reason": self.finish_reason,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Rollout:
+        return cls(
+            token_ids=[int(t) for t in d["token_ids"]],
+            text=str(d["text"]),
+            logprobs=[float(x) for x in d["logprobs"]],
+            finish_reason=str(d["finish_reason"]),
+        )
+
+
+class RolloutEngine(abc.ABC):
+    """Generates one `Rollout` per prompt row.
+
+    Attributes:
+        model_id: stable identity of the model weights and dtype (engine kind, resolved path or hub id, dtype, and a
+            fingerprint of local weight files), used in cache keys.
+        tokenizer: the model's tokenizer (decoding, stop strings).
+    """
+
+    model_id: str
+    tokenizer: PreTrainedTokenizerBase
+
+    @abc.abstractmethod
+    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *, seed: int) -> list[Rollout]:
+        """One rollout per row of `prompt_ids` (B lists of ids), in order; callers repeat a row for n samples.
+
+        Deterministic given (rows, params, seed, engine): the same call returns the same rollouts.
+        """
+
+    def cache_key(self) -> str:
+        """Everything about the engine that changes what `generate` returns; `run_rollouts` hashes it into shard
+        names. Defaults to `model_id`; engines whose samples depend on more (device, batch size) add it."""
+        return self.model_id
