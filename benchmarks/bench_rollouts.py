@@ -2,7 +2,7 @@
 
     python benchmarks/bench_rollouts.py [--prompts 16] [--max_new_tokens 128] [--device cpu] [--threads 1]
 
-Same engine code (`procrl.data_builders.rollouts.TransformersEngine`), default model (SmolLM2-135M-Instruct), the
+Same engine code (`procrl.generation.TransformersEngine`), default model (SmolLM2-135M-Instruct), the
 first GSM8K test problems as one-shot chat prompts, greedy decoding with `min_new_tokens = max_new_tokens`, so
 every completion has exactly `max_new_tokens` tokens in both arms (EOS is suppressed, log-probs are still computed).
 A short warm-up call precedes each arm and is not timed. Prints tokens/s of both arms and their ratio, and how many
@@ -16,7 +16,12 @@ import argparse
 import os
 import time
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # before transformers and tokenizers are imported
+
+import torch  # noqa: E402
+
+from procrl.data_builders.datasets import load_math_dataset  # noqa: E402
+from procrl.generation import SamplingParams, TransformersEngine, render_prompts  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,12 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dataset", default="gsm8k", help="load_math_dataset name")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args(argv)
-
-    import torch
-
-    from procrl.data_builders.datasets import load_math_dataset
-    from procrl.data_builders.rollouts import SamplingParams, TransformersEngine
-    from procrl.trainers.rollout import render_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -1,4 +1,5 @@
-"""Rollout engine and sharded, resumable rollouts (data_builders/rollouts.py, issue 3 "Rollout engine").
+"""Rollout engines (procrl/generation/engines.py) and sharded, resumable rollouts (data_builders/rollouts.py,
+issue 3 "Rollout engine").
 
 A tiny random Llama over the real SmolLM2 tokenizer stands in for a student. Its greedy outputs are arbitrary but
 deterministic, so expected values are derived from an independent run of the same model (a prompt alone, a forward
@@ -19,16 +20,14 @@ import pytest
 import torch
 from subprocesses import wait_for_output  # tests/helpers
 
-from procrl.data_builders.rollouts import (
+from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
+from procrl.generation.engines import (
     Rollout,
     RolloutEngine,
-    RolloutRequest,
-    RolloutStats,
     SamplingParams,
     TransformersEngine,
     cut_completion,
     make_engine,
-    run_rollouts,
     weights_fingerprint,
 )
 
@@ -360,8 +359,8 @@ def test_run_rollouts_cache_hit_and_miss(tmp_path, engine, smollm2_tokenizer):
 
 SCRIPT = """
 import json, sys, threading
-from procrl.data_builders.rollouts import (RolloutRequest, RolloutStats, SamplingParams, TransformersEngine,
-                                           default_state, run_rollouts)
+from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
+from procrl.generation.engines import SamplingParams, TransformersEngine, default_state
 
 model_dir, cache_dir, out_path, block_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -557,7 +556,7 @@ def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokeni
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams))
     smollm2_tokenizer.save_pretrained(tmp_path)
-    from procrl.data_builders.rollouts import VLLMEngine
+    from procrl.generation.engines import VLLMEngine
 
     engine = VLLMEngine(str(tmp_path), tokenizer=smollm2_tokenizer, dtype="float16")
     assert engine.model_id.startswith(f"vllm:{tmp_path}:float16:")
@@ -587,3 +586,21 @@ def test_run_rollouts_counts_problems_in_a_second_bar(tmp_path, capsys):
     assert "student 0: problems" in err and "2/2" in err and "7/7" in err
     with pytest.raises(ValueError, match="one group per request"):
         run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, groups=["p1"])
+
+
+def test_moved_engine_names_keep_working_from_the_old_path():
+    """The engines moved to procrl.generation.engines; procrl.data_builders.rollouts re-exports them for one release,
+    with a DeprecationWarning that names the new path, and the runner's own names import without one."""
+    import warnings
+
+    from procrl.data_builders import rollouts as old
+    from procrl.generation import engines
+
+    for name in ("TransformersEngine", "VLLMEngine", "make_engine", "weights_fingerprint", "cut_completion"):
+        with pytest.warns(DeprecationWarning, match=f"moved to procrl.generation.engines.{name}"):
+            assert getattr(old, name) is getattr(engines, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert old.SamplingParams is SamplingParams and old.Rollout is Rollout and old.RolloutEngine is RolloutEngine
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        old.nope  # noqa: B018
