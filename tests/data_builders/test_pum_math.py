@@ -23,7 +23,7 @@ import pytest
 from subprocesses import wait_for_output  # tests/helpers
 
 from procrl.data_builders import pum_math as pm
-from procrl.data_builders.rollouts import Rollout, RolloutEngine
+from procrl.generation import Rollout, RolloutEngine
 
 JANET_SOLUTION = (
     "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n"
@@ -456,7 +456,7 @@ RESUME_SCRIPT = textwrap.dedent(
     """
     import os, sys, threading
     from procrl.data_builders import pum_math as pm
-    from procrl.data_builders.rollouts import Rollout, RolloutEngine, TransformersEngine
+    from procrl.generation import Rollout, RolloutEngine, TransformersEngine
 
     class Judged(RolloutEngine):
         # real generation; a rollout "answers 18" when its first sampled token id is even (so the pairs
