@@ -6,22 +6,21 @@ import json
 
 import pytest
 
-from procrl.data_builders.corpus import (
+from procrl.data_builders.search_qa import load_corpus, load_qa_questions, open_index
+from procrl.retrieval import (
     BM25Index,
     Passage,
     RetrieverClient,
     RetrieverServer,
-    _parse_retrieve_response,
     format_passages,
-    load_corpus,
-    load_qa_questions,
-    main,
+    parse_retrieve_response,
 )
+from procrl.scripts.serve_retriever import main, make_parser
 
 
 @pytest.fixture(scope="module")
 def wiki_index():
-    return BM25Index.from_jsonl("2wiki_corpus_sample")
+    return open_index("2wiki_corpus_sample")
 
 
 def test_shipped_files_consistent():
@@ -90,11 +89,11 @@ def test_server_client_roundtrip_loopback():
 def test_client_parses_search_r1_contents():
     # Search-R1's server returns {"document": {"id", "contents": '"Title"\ntext'}, "score": s}
     body = {"result": [[{"document": {"id": "1", "contents": '"Paris"\nCapital of France.'}, "score": 3.5}], []]}
-    assert _parse_retrieve_response(body, 2) == [[Passage("Paris", "Capital of France.", 3.5)], []]
+    assert parse_retrieve_response(body, 2) == [[Passage("Paris", "Capital of France.", 3.5)], []]
     # without scores, the documents themselves
-    assert _parse_retrieve_response({"result": [['"X"\ny']]}, 1) == [[Passage("X", "y", None)]]
+    assert parse_retrieve_response({"result": [['"X"\ny']]}, 1) == [[Passage("X", "y", None)]]
     with pytest.raises(RuntimeError):
-        _parse_retrieve_response({"result": []}, 1)
+        parse_retrieve_response({"result": []}, 1)
 
 
 def test_client_unreachable_raises():
@@ -134,8 +133,43 @@ def test_main_rejects_missing_index(tmp_path):
         main(["--index", str(tmp_path / "nope.jsonl")])
 
 
+def test_serve_retriever_help_config_and_flags(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0 and "--index" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # --index is required
+        main([])
+    config = tmp_path / "serve.yaml"
+    config.write_text("index: 2wiki_corpus_sample\nport: 8011\n")
+    (args,) = make_parser().parse_args_and_config(["--config", str(config), "--port", "8012", "--topk", "5"])
+    assert (args.index, args.host, args.port, args.topk, args.save) == (
+        "2wiki_corpus_sample",
+        "127.0.0.1",
+        8012,
+        5,
+        None,
+    )
+    with pytest.raises(ValueError, match="--topk"):
+        make_parser().parse_args_and_config(["--index", "x", "--topk", "0"])
+
+
+def test_old_corpus_module_warns_and_returns_the_moved_names():
+    import procrl.data_builders.corpus as old
+    import procrl.data_builders.search_qa as search_qa
+    import procrl.retrieval as retrieval
+
+    with pytest.warns(DeprecationWarning, match="procrl.retrieval.BM25Index"):
+        assert old.BM25Index is retrieval.BM25Index
+    with pytest.warns(DeprecationWarning, match="search_qa.load_qa_questions"):
+        assert old.load_qa_questions is search_qa.load_qa_questions
+    with pytest.warns(DeprecationWarning):
+        assert [p.title for p in old.load_corpus("2wiki_corpus_sample")[:1]] == [
+            load_corpus("2wiki_corpus_sample")[0].title
+        ]
+
+
 def test_worked_search_example_comes_first_and_matches_the_environment_layout():
-    from procrl.data_builders.corpus import SEARCH_EXAMPLE_QUESTION, SEARCH_EXAMPLE_REPLY, SEARCH_PROMPT, Passage
+    from procrl.data_builders.search_qa import SEARCH_EXAMPLE_QUESTION, SEARCH_EXAMPLE_REPLY, SEARCH_PROMPT
     from procrl.rewards.qa import em_reward
     from procrl.trainers.search_env import SearchEnvironment, question_from_prompt
 
