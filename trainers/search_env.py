@@ -33,13 +33,15 @@ from dataclasses import dataclass, field
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from procrl.data_builders.corpus import Passage, Retriever, format_passages
-from procrl.rewards.stepgap.trace import Trace, parse_trace, with_token_spans
+from procrl.generation import generate_completions
+from procrl.retrieval import Passage, Retriever, format_passages
+from procrl.rewards.stepgap.trace import Trace, parse_trace, question_from_prompt, with_token_spans
 from procrl.rewards.steps import token_char_offsets
-from procrl.utils import get_logger, prompt_to_text
+from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
+# `question_from_prompt` lives in procrl.rewards.stepgap.trace (the reward parses prompts too); importable here as well
 __all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings", "question_from_prompt"]
 
 STOP_STRINGS = ("</search>", "</answer>")
@@ -64,13 +66,6 @@ class StopOnStrings(StoppingCriteria):
         tails = self.tokenizer.batch_decode(new[:, -self.window :], skip_special_tokens=True)
         done = [any(s in tail for s in self.stop_strings) for tail in tails]
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-def question_from_prompt(prompt) -> str:
-    """The question of a search prompt: the text after the last "Question:" of the user message, else all of it."""
-    text = prompt_to_text(prompt)
-    marker = text.rfind("Question:")
-    return text[marker + len("Question:") :].strip() if marker >= 0 else text.strip()
 
 
 @dataclass
@@ -135,8 +130,6 @@ class SearchEnvironment:
             max_completion_length: token budget of a completion, model + environment tokens.
             pad_token_id, eos_ids, logprobs_temperature, device: as `generate_completions`.
         """
-        from procrl.trainers.rollout import generate_completions
-
         n = len(prompt_ids)
         ids: list[list[int]] = [[] for _ in range(n)]
         mask: list[list[int]] = [[] for _ in range(n)]

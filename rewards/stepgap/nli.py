@@ -7,7 +7,7 @@ from {"entailment", "neutral", "contradiction"}; None means "unscored" (the veri
   the paper), batched; its labels are read from `config.id2label` by name, never by position (models disagree on
   the order: the cross-encoder's is contradiction/entailment/neutral, MNLI checkpoints often entailment/neutral/
   contradiction).
-- `JudgeNLI`: the shared LLM judge client (`procrl.rewards.judges.Judge`) with an NLI prompt and a pydantic
+- `JudgeNLI`: the shared LLM judge client (`procrl.judges.Judge`) with an NLI prompt and a pydantic
   schema; the offline default where no cross-encoder can be downloaded.
 - `CachedNLI`: memoises another backend in memory (the evaluation's ablations ask the same pairs again).
 - `make_nli(spec, judge)`: "judge" -> `JudgeNLI`; anything else is a cross-encoder path or hub id, loaded eagerly,
@@ -20,8 +20,10 @@ import abc
 from collections.abc import Sequence
 from typing import Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, field_validator
 from tqdm.auto import tqdm
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from procrl.utils import get_logger
 
@@ -144,9 +146,6 @@ class CrossEncoderNLI(NLIBackend):
     def load(self) -> CrossEncoderNLI:
         """Load the model and tokenizer now (otherwise on first `predict`); raises OSError/ValueError on failure."""
         if self._model is None:
-            import torch
-            from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
             device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
             logger.info("loading NLI cross-encoder %s on %s", self.model_name_or_path, device)
             self._tokenizer = AutoTokenizer.from_pretrained(self.model_name_or_path)
@@ -165,8 +164,6 @@ class CrossEncoderNLI(NLIBackend):
 
     def predict(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
         """One label per (premise, hypothesis) pair; None for pairs of a batch that failed."""
-        import torch
-
         pairs = _check_pairs(pairs)
         if not pairs:
             return []
@@ -238,7 +235,7 @@ class JudgeNLI(NLIBackend):
     `predict` call go to the judge in ONE `judge.judge` call (concurrent for OpenAI-compatible judges).
 
     Args:
-        judge: a `procrl.rewards.judges.Judge`.
+        judge: a `procrl.judges.Judge`.
         progress: show the judge's tqdm bar.
 
     An unscored judgement (timeout, invalid JSON, a label outside the three) gives None.

@@ -50,8 +50,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from procrl.rewards.qa import em_reward, exact_match, gold_list, normalize_answer
-from procrl.rewards.stepgap.trace import LABELS, StepLabel, Trace, TraceStep, parse_trace
-from procrl.trainers.advantages import StepRewards
+from procrl.rewards.stepgap.trace import LABELS, StepLabel, Trace, TraceStep, parse_trace, question_from_prompt
+from procrl.step_rewards import StepRewards, aggregate_step_values
 from procrl.utils import completion_to_text, get_logger
 
 logger = get_logger(__name__)
@@ -186,8 +186,13 @@ def step_rewards(trace: Trace, labels: Sequence, config: StepGapRewardConfig | N
 
 
 def stepgap_total(trace: Trace, labels: Sequence, em: float, config: StepGapRewardConfig | None = None) -> float:
-    """R = EM + λ Σ_i [base(τ_i) + shape(a_{i+1} | τ_i)], rounded to 10 decimals (exact table values)."""
-    return round(em + sum(step_rewards(trace, labels, config)), 10)
+    """R = EM + λ Σ_i [base(τ_i) + shape(a_{i+1} | τ_i)], rounded to 10 decimals (exact table values).
+
+    The Σ is `procrl.step_rewards.aggregate_step_values(values, "sum")` of the per-step values (`step_rewards`); a
+    trace without steps gets R = EM.
+    """
+    values = step_rewards(trace, labels, config)
+    return round(em + (aggregate_step_values(values, "sum") if values else 0.0), 10)
 
 
 def label_steps(verifier, traces: Sequence[Trace]) -> list[list[StepLabel]]:
@@ -218,8 +223,6 @@ def label_steps(verifier, traces: Sequence[Trace]) -> list[list[StepLabel]]:
 def _traces(prompts, completions, search_trace) -> list[Trace]:
     if search_trace is not None:
         return list(search_trace)
-    from procrl.trainers.search_env import question_from_prompt
-
     return [
         parse_trace(question_from_prompt(p), completion_to_text(c)) for p, c in zip(prompts, completions, strict=True)
     ]
@@ -276,7 +279,7 @@ class StepGapReward(_StepGapBase):
 
 
 class StepGapStepRewards(_StepGapBase):
-    """Step scorer for `advantage_mode: process | mixed` (`procrl.trainers.advantages.StepRewardFunc`).
+    """Step scorer for `advantage_mode: process | mixed` (`procrl.step_rewards.StepRewardFunc`).
 
     Step i's value λ·(base_i + shape_i) sits on the tokens of its turn: boundaries are the ends of the steps'
     `token_span`s (environment tokens after a step belong to the next step; they are masked out of the loss

@@ -38,9 +38,20 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from procrl.data_builders.corpus import Passage
+from procrl.retrieval import Passage
+from procrl.utils import prompt_to_text
 
-__all__ = ["LABELS", "Passage", "StepLabel", "Trace", "TraceStep", "parse_passages", "parse_trace", "with_token_spans"]
+__all__ = [
+    "LABELS",
+    "Passage",
+    "StepLabel",
+    "Trace",
+    "TraceStep",
+    "parse_passages",
+    "parse_trace",
+    "question_from_prompt",
+    "with_token_spans",
+]
 
 LABELS = ("NONE", "CC", "IE", "MB", "ERROR", "FORMAT")
 
@@ -121,8 +132,19 @@ class StepLabel:
             raise ValueError(f"StepLabel.label must be one of {LABELS}, got {self.label!r}.")
 
 
+def question_from_prompt(prompt) -> str:
+    """The question of a search prompt: the text after the last "Question:" of the user message, else all of it.
+
+    >>> question_from_prompt([{"role": "user", "content": "Rules <answer> x </answer>\\nQuestion: Who?"}])
+    'Who?'
+    """
+    text = prompt_to_text(prompt)
+    marker = text.rfind("Question:")
+    return text[marker + len("Question:") :].strip() if marker >= 0 else text.strip()
+
+
 def parse_passages(block: str) -> list[Passage]:
-    """Passages of an `<information>` block written by `procrl.data_builders.corpus.format_passages`
+    """Passages of an `<information>` block written by `procrl.retrieval.format_passages`
     ("Doc i (Title: t) text" lines); text in another layout becomes one passage without a title."""
     passages: list[Passage] = []
     for line in block.strip().splitlines():

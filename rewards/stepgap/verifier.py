@@ -228,7 +228,7 @@ class StepGapVerifier:
     """Typed step labels (NONE/CC/IE/MB/ERROR) for search traces; see the module docstring for the tree.
 
     Args:
-        judge: a `procrl.rewards.judges.Judge` (OpenAI-compatible server, `transformers serve`, in-process model).
+        judge: a `procrl.judges.Judge` (OpenAI-compatible server, `transformers serve`, in-process model).
         nli: an NLI backend with `predict(pairs) -> list[str | None]` (`CrossEncoderNLI`, `JudgeNLI`).
         stages: the stages to run (ablations drop some); default all of "ABCDE".
         min_quote_words, max_quote_words: the accepted quote length in words (DESIGN: 5-20).

@@ -10,7 +10,7 @@ from procrl.rewards.stepgap.reward import (
     token_jaccard,
 )
 from procrl.rewards.stepgap.trace import Passage, StepLabel, Trace, TraceStep
-from procrl.trainers.advantages import StepRewards
+from procrl.step_rewards import StepRewards
 
 Q0 = "Lothair II mother"
 

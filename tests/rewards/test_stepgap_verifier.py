@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from procrl.rewards.judges import Judge, JudgeResult, JudgeServer, OpenAICompatibleJudge, parse_judgement
+from procrl.judges import Judge, JudgeResult, JudgeServer, OpenAICompatibleJudge, parse_judgement
 from procrl.rewards.stepgap.nli import CachedNLI, CrossEncoderNLI, JudgeNLI, NLIVerdict, make_nli, map_nli_labels
 from procrl.rewards.stepgap.trace import Passage, StepLabel, Trace, TraceStep
 from procrl.rewards.stepgap.verifier import LABELS, StepCheck, StepGapVerifier, find_quote, step_claim

@@ -6,12 +6,13 @@ import pytest
 import torch
 from datasets import Dataset
 
-import procrl.trainers.rollout as rollout_mod
-from procrl.data_builders.corpus import Passage
+import procrl.trainers.search_env as search_env_mod
+from procrl.generation import GenerationOutput, render_prompts
+from procrl.retrieval import Passage
 from procrl.rewards.qa import em_reward
-from procrl.rewards.stepgap.trace import parse_trace
-from procrl.trainers.rollout import GenerationOutput, ProcessRollout
-from procrl.trainers.search_env import SearchEnvironment, StopOnStrings, question_from_prompt
+from procrl.rewards.stepgap.trace import parse_trace, question_from_prompt
+from procrl.trainers.rollout import ProcessRollout
+from procrl.trainers.search_env import SearchEnvironment, StopOnStrings
 
 # --------------------------------------------------------------------------------------------------------------------
 # Parsing
@@ -64,6 +65,7 @@ def test_retrieved_override_and_question():
     )
     assert t.steps[0].retrieved == [Passage("P", "p")]
     assert question_from_prompt([{"role": "user", "content": "Rules <answer> x </answer>\nQuestion: Who?"}]) == "Who?"
+    assert search_env_mod.question_from_prompt is question_from_prompt  # still importable from the search environment
 
 
 def test_stop_on_strings(smollm2_tokenizer):
@@ -119,11 +121,11 @@ def make_fake_generate(tok):
 
 
 def _run(tok, monkeypatch, questions, max_len=200, max_turns=4):
-    monkeypatch.setattr(rollout_mod, "generate_completions", make_fake_generate(tok))
+    monkeypatch.setattr(search_env_mod, "generate_completions", make_fake_generate(tok))
     retriever = FakeRetriever()
     env = SearchEnvironment(retriever, topk=2, max_turns=max_turns)
     prompts = [[{"role": "user", "content": f"Question: {q}"}] for q in questions]
-    prompt_ids = rollout_mod.render_prompts(tok, prompts)
+    prompt_ids = render_prompts(tok, prompts)
     from transformers import GenerationConfig
 
     episodes = env.run(
@@ -195,7 +197,7 @@ def test_trl_masks_environment_tokens(smollm2_tokenizer, tiny_llama, monkeypatch
     from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
 
     tok = smollm2_tokenizer
-    monkeypatch.setattr(rollout_mod, "generate_completions", make_fake_generate(tok))
+    monkeypatch.setattr(search_env_mod, "generate_completions", make_fake_generate(tok))
     n_model = len(
         tok("<think>hop</think>\n<search> Lothair II mother </search>", add_special_tokens=False)["input_ids"]
     )
@@ -247,7 +249,7 @@ def test_real_generation_path(smollm2_tokenizer, tiny_llama):
 
     tok = smollm2_tokenizer
     prompts = [[{"role": "user", "content": "Question: Q1"}], [{"role": "user", "content": "Question: Q22"}]]
-    prompt_ids = rollout_mod.render_prompts(tok, prompts)
+    prompt_ids = render_prompts(tok, prompts)
     config = GenerationConfig(do_sample=False, max_new_tokens=6, pad_token_id=tok.pad_token_id)
     env = SearchEnvironment(FakeRetriever())
     ep = env.run(tiny_llama, tok, prompts, prompt_ids, config, max_completion_length=6,
