@@ -4,7 +4,7 @@
                                        [--no-continuous-batching] [--data rewards/stepgap/data/annotated_2wiki.jsonl]
 
 Starts one `JudgeServer` on the embedded default model (loopback, CPU, `--continuous-batching` and one torch thread
-by default: without batching `transformers serve` generates one request at a time, see rewards/judges.py), sends
+by default: without batching `transformers serve` generates one request at a time, see procrl/judges/server.py), sends
 one warm-up request (the first batched request pays a one-off start-up cost), then labels the same steps of the
 first N shipped annotated traces twice, with fresh cacheless judges and `JudgeNLI` as the NLI backend (the offline
 default):
@@ -23,6 +23,12 @@ import argparse
 import collections
 import time
 
+from procrl.judges import JudgeServer, OpenAICompatibleJudge
+from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, load_annotated
+from procrl.rewards.stepgap.nli import JudgeNLI
+from procrl.rewards.stepgap.trace import Trace
+from procrl.rewards.stepgap.verifier import StepGapVerifier
+
 
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -38,10 +44,6 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def make_verifier(server, concurrency: int, args):
-    from procrl.rewards.judges import OpenAICompatibleJudge
-    from procrl.rewards.stepgap.nli import JudgeNLI
-    from procrl.rewards.stepgap.verifier import StepGapVerifier
-
     judge = OpenAICompatibleJudge(
         server.base_url,
         server.model_id,
@@ -55,10 +57,6 @@ def make_verifier(server, concurrency: int, args):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from procrl.rewards.judges import JudgeServer
-    from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, load_annotated
-    from procrl.rewards.stepgap.trace import Trace
-
     args = make_parser().parse_args(argv)
     data = load_annotated(args.data or DEFAULT_DATA)[: args.n_traces]
     traces = [trace for trace, _ in data]

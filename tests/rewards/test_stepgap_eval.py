@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 
 from procrl.data_builders.datasets import builtin_data_file
-from procrl.rewards.judges import Judge, JudgeResult, parse_judgement
+from procrl.data_builders.stepgap_annotated import build_annotated_2wiki
+from procrl.judges import Judge, JudgeResult, parse_judgement
 from procrl.rewards.stepgap import evaluate as ev
 from procrl.rewards.stepgap.evaluate import (
     balanced_accuracy,
     binary_f1,
-    build_annotated_2wiki,
     compute_metrics,
     load_annotated,
     typed_report,
 )
 from procrl.rewards.stepgap.verifier import StepGapVerifier, step_claim
+from procrl.scripts import stepgap_eval
 
 SHIPPED = ev.DEFAULT_DATA
 
@@ -179,9 +180,9 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
         assert spec == "local" and kwargs["continuous_batching"] and kwargs["num_threads"] == 1
         yield OracleJudge(data)
 
-    monkeypatch.setattr("procrl.rewards.judges.open_judge", fake_open_judge)
-    monkeypatch.setattr("procrl.rewards.stepgap.nli.make_nli", lambda spec, judge, **kw: GoldNLI(data))
-    assert ev.main(["--data", str(small), "--output-dir", str(tmp_path / "out")]) == 0
+    monkeypatch.setattr(stepgap_eval, "open_judge", fake_open_judge)
+    monkeypatch.setattr(stepgap_eval, "make_nli", lambda spec, judge, **kw: GoldNLI(data))
+    assert stepgap_eval.main(["--data", str(small), "--output-dir", str(tmp_path / "out")]) == 0
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["n_steps"] == 8 and metrics["metrics"]["full"]["sF1"] == 1.0
     assert len((tmp_path / "out" / "labels.jsonl").read_text().splitlines()) == 8
@@ -195,3 +196,19 @@ def test_load_annotated_rejects_bad_records(tmp_path):
     )
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         load_annotated(bad)
+
+
+def test_command_help_and_config(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        stepgap_eval.main(["--help"])
+    assert exit_info.value.code == 0 and "--no-continuous-batching" in capsys.readouterr().out
+    # `--config x.yaml` sets the fields, flags override it; dashed and underscored multi-word flags both work
+    config = tmp_path / "eval.yaml"
+    config.write_text("limit: 4\nnli_batch_size: 2\njudge: http://127.0.0.1:9/v1\n")
+    (args,) = stepgap_eval.make_parser().parse_args_and_config(
+        ["--config", str(config), "--limit", "3", "--timeout-s", "5", "--no_ablation", "--no-continuous-batching"]
+    )
+    assert (args.limit, args.nli_batch_size, args.judge, args.timeout_s) == (3, 2, "http://127.0.0.1:9/v1", 5.0)
+    assert args.no_ablation and args.no_continuous_batching and args.data == str(ev.DEFAULT_DATA)
+    with pytest.raises(ValueError, match="--limit"):
+        stepgap_eval.make_parser().parse_args_and_config(["--limit", "0"])
