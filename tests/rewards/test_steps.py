@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import procrl.rewards.steps as steps_module
+import procrl.rewards.steps.tokens as tokens_module  # where token_char_offsets looks up its fallback
 from procrl.rewards.steps import (
     Step,
     split_steps,
@@ -450,7 +450,7 @@ def test_long_completion_uses_the_linear_path(smollm2_tokenizer, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("quadratic fallback used")
 
-    monkeypatch.setattr(steps_module, "_char_ends_cumulative", fail)
+    monkeypatch.setattr(tokens_module, "_char_ends_cumulative", fail)
     text = "".join(f"Step {i}: 3 × {i} = {3 * i} € — π ≈ 3.14 😀.\n\n" for i in range(60))
     ids = smollm2_tokenizer.encode(text, add_special_tokens=False) + [EOS]
     steps, bounds = token_steps(ids, smollm2_tokenizer)

@@ -1,25 +1,11 @@
-"""Reasoning steps: splitting text into steps and mapping steps to token boundaries (DESIGN §3 "Steps").
+"""Steps and token boundaries (part of `procrl.rewards.steps`): sampled completions and text we build.
 
-Units and conventions used throughout this module:
+* **Sampled completions**: `token_steps` / `token_step_boundaries` keep the sampled ids and find each token's
+  character offsets by (incremental) cumulative decoding (`token_char_offsets`); sampled text is never re-encoded.
+* **Text we build**: `tokenize_steps` tokenizes each piece separately and concatenates the ids, so every step
+  prefix's ids are a strict prefix of the full ids.
 
-* **Character spans** (`Step.start`, `Step.end`) are 0-based, end-exclusive offsets into the original text
-  (Python `str` indices, i.e. Unicode code points), with `step.text == text[step.start:step.end]`.
-* **Steps tile the text**: step k runs from its first character to the first character of step k+1, so the
-  separator and any blank lines that follow it sit at the *end* of step k; leading whitespace before the
-  first step belongs to step 0 and trailing whitespace to the last step. `"".join(s.text for s in steps)`
-  is the text. `Step.stripped` gives the step without surrounding whitespace.
-* **Token boundaries** are 0-based, end-exclusive token indices: boundary k is the index one past the last
-  token of step k, so `token_ids[:boundaries[k]]` is the prefix through step k. Boundaries are strictly
-  increasing and the last one equals the number of ids: tokens after the last step's text (EOS included)
-  belong to the last step.
-
-Two cases (DESIGN §3):
-
-* **Text we build** (PUM data, scoring inputs): `tokenize_steps` tokenizes each piece separately and
-  concatenates the ids, so every step prefix's ids are a strict prefix of the full ids.
-* **Sampled completions**: `token_steps` / `token_step_boundaries` keep the sampled ids and find each
-  token's character offsets by (incremental) cumulative decoding; sampled text is never re-encoded
-  (SmolLM2 samples one token for "\\n\\n" that re-encodes as two "\\n" tokens).
+Token boundaries are 0-based, end-exclusive token indices (see `procrl.rewards.steps`).
 """
 
 from __future__ import annotations
@@ -27,144 +13,13 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "DEFAULT_SEPARATOR",
-    "Step",
-    "split_steps",
-    "step_prefixes",
-    "token_char_offsets",
-    "token_steps",
-    "token_step_boundaries",
-    "tokenize_steps",
-]
+from procrl.rewards.steps.split import DEFAULT_SEPARATOR, Step, split_steps
 
-DEFAULT_SEPARATOR = "\n\n"
+__all__ = ["token_char_offsets", "token_step_boundaries", "token_steps", "tokenize_steps"]
 
-# Regions inside which a separator never splits: (opening delimiter, closing delimiter). An unclosed region
-# runs to the end of the text (a completion cut mid-block keeps the block in one step).
-_PROTECTED = (("```", "```"), ("$$", "$$"))
 _REPLACEMENT_CHAR = "\ufffd"
-
-
-@dataclass(frozen=True)
-class Step:
-    """One reasoning step: a character span of the original text.
-
-    Attributes:
-        text: the step's characters, `original[start:end]`, including its trailing separator and blank lines
-            (and, for step 0, any leading whitespace of the text).
-        start: index of the step's first character in the original text (0-based, characters).
-        end: exclusive end index in characters; equals the next step's `start` when steps tile the text.
-
-    >>> step = Step(text="x = 2.\\n\\n", start=0, end=8)
-    >>> step.stripped
-    'x = 2.'
-    """
-
-    text: str
-    start: int
-    end: int
-
-    def __post_init__(self) -> None:
-        if self.start < 0 or self.end < self.start or self.end - self.start != len(self.text):
-            raise ValueError(f"Step span [{self.start}, {self.end}) does not match a text of length {len(self.text)}")
-
-    @property
-    def stripped(self) -> str:
-        """The step text without leading/trailing whitespace (the separator removed)."""
-        return self.text.strip()
-
-
-def _skip_protected(text: str, i: int) -> int | None:
-    """If a protected region opens at character `i`, the index just after its closing delimiter (or len(text)
-    when unclosed); otherwise None."""
-    for opening, closing in _PROTECTED:
-        if text.startswith(opening, i):
-            close = text.find(closing, i + len(opening))
-            return len(text) if close < 0 else close + len(closing)
-    return None
-
-
-def split_steps(text: str, separator: str = DEFAULT_SEPARATOR) -> list[Step]:
-    """Split a reasoning text into steps at `separator`; the returned spans tile the text.
-
-    Rules:
-      * a separator splits only when the text before it (since the previous split) has non-whitespace content
-        and non-whitespace content follows it; so runs of blank lines ("\\n\\n\\n\\n", "\\n \\n\\n"), a
-        leading separator and a trailing separator never make empty or whitespace-only steps;
-      * a run of whitespace and repeated separators after a splitting separator ends the previous step: the
-        next step starts after the run's last separator or newline, i.e. at the beginning of the line holding
-        its first non-whitespace character, or right after the separator when that character is on the
-        separator's own line ("a\\n\\n  b" -> "a\\n\\n" | "  b", "x; y" with ";" -> "x;" | " y");
-      * separators inside `$$...$$` display math or a fenced code block (```...```) do not split; an unclosed
-        block runs to the end of the text;
-      * an empty or whitespace-only text gives [].
-
-    Args:
-        text: the reasoning (e.g. a completion's text).
-        separator: the step separator, non-empty (default "\\n\\n").
-
-    Returns:
-        Steps in order; `"".join(s.text for s in steps) == text` and offsets are characters (0-based,
-        end-exclusive).
-
-    >>> [s.text for s in split_steps("Let x = 2.\\n\\n\\n\\nThen 2x = 4.\\n\\n$$a\\n\\nb$$\\n\\nDone.")]
-    ['Let x = 2.\\n\\n\\n\\n', 'Then 2x = 4.\\n\\n', '$$a\\n\\nb$$\\n\\n', 'Done.']
-    >>> [(s.start, s.end) for s in split_steps("  a\\n\\nb\\n")]
-    [(0, 5), (5, 7)]
-    >>> split_steps(" \\n\\n ")
-    []
-    """
-    if not separator:
-        raise ValueError("split_steps: separator must be a non-empty string")
-    n = len(text)
-    if not text or text.isspace():
-        return []
-    starts = [0]
-    has_content = False  # the current step holds a non-whitespace character
-    i = 0
-    while i < n:
-        after = _skip_protected(text, i)
-        if after is not None:
-            has_content = True
-            i = after
-            continue
-        if has_content and text.startswith(separator, i):
-            # Skip whitespace and repeated separators; the next step starts after the last separator or
-            # newline of that run (so indentation on the next step's own line stays with it).
-            k = next_start = i + len(separator)
-            while k < n:
-                if text.startswith(separator, k):
-                    k = next_start = k + len(separator)
-                elif text[k].isspace():
-                    k += 1
-                    if text[k - 1] == "\n":
-                        next_start = k
-                else:
-                    break
-            if k >= n:  # only whitespace follows: it stays in the last step
-                break
-            starts.append(next_start)
-            has_content = False
-            i = next_start
-            continue
-        if not text[i].isspace():
-            has_content = True
-        i += 1
-    ends = starts[1:] + [n]
-    return [Step(text=text[a:b], start=a, end=b) for a, b in zip(starts, ends, strict=True)]
-
-
-def step_prefixes(text: str, separator: str = DEFAULT_SEPARATOR) -> list[str]:
-    """Cumulative texts of steps 1..k: element k is `text[:steps[k].end]` (each prefix ends with its separator).
-
-    >>> step_prefixes("a\\n\\nb\\n\\nc")
-    ['a\\n\\n', 'a\\n\\nb\\n\\n', 'a\\n\\nb\\n\\nc']
-    """
-    return [text[: step.end] for step in split_steps(text, separator)]
 
 
 # ----------------------------------------------------------------------------------------------------------
