@@ -1,0 +1,193 @@
+"""What the offline commands `procrl select` (best-of-N) and `procrl beam` (PUM beam search) share (trainers layer).
+
+Their settings (`OfflineConfig`, parsed by `TrlParser` in `procrl/scripts/select.py` and `procrl/scripts/beam.py`),
+loading the problems, the policy and its tokenizer (`load_setup`), the sampling `GenerationConfig`, the PUM, the
+accuracy of one pick per problem with a 95% Wilson interval, the accuracy table and the JSON report. Problems whose
+gold answer cannot be parsed are left out of the accuracy (their `correct` entry is None).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.generation import eos_token_ids, render_prompts, weights_fingerprint
+from procrl.models import resolve_model
+from procrl.rewards.pum import PrefixUtilityModel
+from procrl.trainers.evaluation import wilson_interval
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "OfflineConfig",
+    "Setup",
+    "accuracy",
+    "format_accuracy_table",
+    "load_pum",
+    "load_setup",
+    "sampling_config",
+    "write_report",
+]
+
+
+@dataclass
+class OfflineConfig:
+    """Settings shared by `procrl select` and `procrl beam`: the policy, the problem slice, sampling and the PUM.
+
+    Raises:
+        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, or `temperature` <= 0.
+    """
+
+    model: str = field(default="default", metadata={"help": "policy name or path ('default' = embedded SmolLM2-135M)"})
+    dataset: str = field(default="svamp", metadata={"help": "gsm8k, svamp, math500, or a local/hub data set"})
+    split: str | None = field(default=None, metadata={"help": "split of a non-built-in data set"})
+    start: int = field(default=0, metadata={"help": "first problem (0-based)"})
+    end: int = field(default=100, metadata={"help": "end problem (exclusive); -1 = all"})
+    prompt_template: str = field(
+        default="one_shot", metadata={"help": "'one_shot', 'zero_shot' or a {question} template"}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (1.0 = off)"})
+    max_new_tokens: int = field(default=256, metadata={"help": "token budget of one completion"})
+    batch_size: int = field(default=32, metadata={"help": "sequences per generate / scoring call"})
+    seed: int = field(default=0, metadata={"help": "sampling seed and random-selection seed"})
+    device: str | None = field(default=None, metadata={"help": "torch device (None: cuda if available, else cpu)"})
+    no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
+    pum: str | None = field(
+        default=None, metadata={"help": "PUM checkpoint directory (train_pum.py output); needed for pum"}
+    )
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    def problems(self) -> list[str]:
+        """What is wrong with the settings, each with how to fix it (empty when they are fine)."""
+        if self.batch_size < 1 or self.max_new_tokens < 1 or self.temperature <= 0:
+            return [
+                f"--batch-size ({self.batch_size}) and --max-new-tokens ({self.max_new_tokens}) must be >= 1 and "
+                f"--temperature ({self.temperature}) > 0 (e.g. --batch-size 32 --max-new-tokens 256 --temperature 0.7)"
+            ]
+        return []
+
+    def settings(self) -> dict[str, Any]:
+        """The settings as the report records them: every field but `no_progress`, in field order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "no_progress"}
+
+
+@dataclass
+class Setup:
+    """The loaded problems (one dict per row of `load_math_dataset`), the policy in eval mode, its left-padding
+    tokenizer, its EOS ids and the rendered prompt ids (one list per problem)."""
+
+    dataset: list[dict]
+    model: Any
+    tokenizer: Any
+    eos_ids: list[int]
+    prompt_ids: list[list[int]]
+    device: str
+    model_key: str  # resolved path + fingerprint of the weight files (changes when a checkpoint is rewritten)
+
+
+def load_setup(config: OfflineConfig) -> Setup:
+    """Load the data slice `[start, end)` (end < 0: all), the policy (float32, on `device` or cuda if available)
+    and its tokenizer (pad = EOS when it has none), render the prompts and seed torch with `seed`."""
+    dataset = load_math_dataset(
+        config.dataset,
+        split=config.split,
+        start=config.start,
+        end=None if config.end is not None and config.end < 0 else config.end,
+        prompt_template=resolve_template(config.prompt_template),
+    )
+    rows = [dict(row) for row in dataset]
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path = resolve_model(config.model)
+    model_key = f"{Path(str(path)).resolve() if Path(str(path)).exists() else path}:{weights_fingerprint(path)}"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    eos_ids = eos_token_ids(tokenizer, model.generation_config)
+    prompt_ids = render_prompts(tokenizer, [row["prompt"] for row in rows])
+    torch.manual_seed(config.seed)
+    return Setup(rows, model, tokenizer, eos_ids, prompt_ids, device, model_key)
+
+
+def sampling_config(
+    config: OfflineConfig, pad_token_id: int, eos_ids: list[int], max_new_tokens: int
+) -> GenerationConfig:
+    """Pure temperature / top-p sampling (top-k off) of at most `max_new_tokens` tokens."""
+    return GenerationConfig(
+        do_sample=True,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        top_k=0,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad_token_id,
+        eos_token_id=eos_ids,
+    )
+
+
+def load_pum(config: OfflineConfig) -> PrefixUtilityModel:
+    """The PUM of `config.pum` on `config.device`, scoring `config.batch_size` prefixes per call.
+
+    Raises:
+        ValueError: no `pum` directory given.
+    """
+    if not config.pum:
+        raise ValueError("--pum PATH is needed for the pum scorer (a train_pum.py output directory)")
+    return PrefixUtilityModel.from_pretrained(config.pum, device=config.device, batch_size=config.batch_size)
+
+
+def accuracy(correct: list[list[bool] | None], picks: list[int | None]) -> dict:
+    """Accuracy of one pick per problem over problems with a parseable gold (correct[i] is that problem's list).
+
+    A pick of None (the scorer abstained) counts as wrong and as `abstained`; the interval is Wilson's at 95%.
+
+    >>> r = accuracy([[True, False], [False, False], None], [0, None, 1])
+    >>> r["accuracy"], r["correct"], r["total"], r["abstained"]
+    (0.5, 1, 2, 1)
+    """
+    scored = [(c, p) for c, p in zip(correct, picks, strict=True) if c is not None]
+    n_correct = sum(1 for c, p in scored if p is not None and c[p] is True)
+    total = len(scored)
+    low, high = wilson_interval(n_correct, total) if total else (0.0, 0.0)
+    return {
+        "accuracy": n_correct / total if total else 0.0,
+        "ci_low": low,
+        "ci_high": high,
+        "correct": n_correct,
+        "total": total,
+        "abstained": sum(1 for c, p in scored if p is None),
+    }
+
+
+def format_accuracy_table(results: dict[str, dict]) -> str:
+    """Fixed-width table: one row per scorer with accuracy [95% CI], correct/total and abstentions.
+
+    >>> print(format_accuracy_table({"majority": accuracy([[True]], [0])}))  # doctest: +NORMALIZE_WHITESPACE
+    scorer                 accuracy [95% CI]          correct abstained
+    -------------------------------------------------------------------
+    majority               1.000 [0.207, 1.000]        1/1            0
+    """
+    header = f"{'scorer':<22} {'accuracy [95% CI]':<24} {'correct':>9} {'abstained':>9}"
+    lines = [header, "-" * len(header)]
+    for name, r in results.items():
+        acc = f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        lines.append(f"{name:<22} {acc:<24} {r['correct']:>4}/{r['total']:<4} {r['abstained']:>9}")
+    return "\n".join(lines)
+
+
+def write_report(path: str, result: dict) -> None:
+    """Write the JSON report (indent 2), creating its folder."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
