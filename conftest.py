@@ -1,7 +1,7 @@
 """Doctest collection of the library folders (pyproject: `--doctest-modules`, `testpaths`).
 
-The folders are packages of the `procrl` namespace (pyproject `[tool.setuptools] package-dir`): `rewards/judges.py`
-is `procrl.rewards.judges`. pytest would import it by path as a top-level `rewards.judges`, a second copy of the
+The folders are packages of the `procrl` namespace (pyproject `[tool.setuptools] package-dir`): `rewards/qa.py`
+is `procrl.rewards.qa`. pytest would import it by path as a top-level `rewards.qa`, a second copy of the
 module beside the installed one. Here every doctest module of a library folder imports its installed name instead,
 and files outside the library folders (tests/, benchmarks/, train_*.py) are never collected as doctests.
 """

@@ -3,7 +3,7 @@
     python benchmarks/bench_frs.py [--problems 8] [--traces 4] [--max-new-tokens 128] [--judge-requests 16] [--skip-judge]
 
 (1) Confidence. The default model samples `problems x traces` GSM8K traces once with
-`procrl.trainers.rollout.generate_completions` (T = 0.7), whose `generate` output (with `output_logits=True`) is
+`procrl.generation.generate_completions` (T = 0.7), whose `generate` output (with `output_logits=True`) is
 kept. Arm A is what FRS does: gather each chosen token's log-probability from those stored raw logits
 (`log_softmax` + `gather`, the computation inside `generate_completions`) and take the tail confidence. Arm B
 recomputes the log-probabilities with a teacher-forced forward pass over prompt + completion
@@ -46,11 +46,11 @@ def bench_confidence(args) -> tuple[dict, list]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from procrl.data_builders.datasets import load_math_dataset
+    from procrl.generation import eos_token_ids, generate_completions, render_prompts
     from procrl.logprobs import sequence_logps
     from procrl.models import resolve_model
     from procrl.rewards.frs import Trace, tail_confidence_from_logps
     from procrl.rewards.outcome import is_correct
-    from procrl.trainers.rollout import eos_token_ids, generate_completions, render_prompts
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -166,7 +166,7 @@ def bench_judge(args, traces) -> dict:
     from procrl.rewards.frs import ReasoningJudgement, judge_messages
 
     requests = [judge_messages(t.problem, t.completion, t.gold, t.correct) for t in (traces * 4)[: args.judge_requests]]
-    from procrl.rewards.judges import JudgeServer, OpenAICompatibleJudge
+    from procrl.judges import JudgeServer, OpenAICompatibleJudge
 
     result = {"requests": len(requests), "judge_max_tokens": args.judge_max_tokens}
     server = JudgeServer("default", continuous_batching=args.continuous_batching, num_threads=args.judge_threads)

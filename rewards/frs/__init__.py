@@ -16,7 +16,7 @@ The computation, in the order it happens:
    confidence, highest first; equal confidences keep their input order (a stable sort on (-confidence, index)).
    The top floor(K% * N) traces are kept, at least one. FRS@K is reported for K in {10, 20, 30, 40, 50}; FRS is
    FRS@10 *(default)*.
-3. **Reasoning score** from an LLM judge (`procrl.rewards.judges`): faithfulness, utility, coherence and factuality,
+3. **Reasoning score** from an LLM judge (`procrl.judges`): faithfulness, utility, coherence and factuality,
    integers 1-5, given the problem, the trace, the gold answer and {"final_correct": bool}; the rubric is ours
    (`RUBRIC`). RS = (sum - 4) / 16 * 100, in [0, 100]. A trace whose judgement fails is dropped from every mean and
    counted by reason (`unscored`).

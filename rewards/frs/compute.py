@@ -20,7 +20,7 @@ from procrl.rewards.frs.judging import ReasoningJudgement, judge_messages
 from procrl.rewards.frs.traces import FRSConfig, FRSReport, Trace
 
 if TYPE_CHECKING:  # the judge client is only needed when something is judged
-    from procrl.rewards.judges import Judge, JudgeResult
+    from procrl.judges import Judge, JudgeResult
 
 __all__ = ["compute_frs", "judge_traces", "plan_judging", "summarize"]
 
@@ -32,7 +32,7 @@ def compute_frs(
 
     Args:
         traces: every trace of one (model, benchmark); their `scores`/`unscored` fields are filled in place.
-        judge: a `procrl.rewards.judges.Judge`; None computes only what needs no judge (accuracies, confidences).
+        judge: a `procrl.judges.Judge`; None computes only what needs no judge (accuracies, confidences).
         config: `FRSConfig()` when None.
         progress: show the judge's progress bar.
     """

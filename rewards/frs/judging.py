@@ -1,6 +1,6 @@
 """FRS step 3 (part of `procrl.rewards.frs`): the judge's rubric and request, and the reasoning score.
 
-An LLM judge (`procrl.rewards.judges`) gives faithfulness, utility, coherence and factuality, integers 1-5, given the
+An LLM judge (`procrl.judges`) gives faithfulness, utility, coherence and factuality, integers 1-5, given the
 problem, the trace, the gold answer and {"final_correct": bool}; the rubric is ours (`RUBRIC`).
 RS = (sum - 4) / 16 * 100, in [0, 100].
 """

@@ -15,6 +15,7 @@ from fractions import Fraction
 import pytest
 from pydantic import ValidationError
 
+from procrl.judges import Judge, JudgeResult, parse_judgement
 from procrl.rewards.frs import (
     DIMENSIONS,
     REPLY_FORMAT,
@@ -33,7 +34,6 @@ from procrl.rewards.frs import (
     tail_confidence_from_logps,
     tail_size,
 )
-from procrl.rewards.judges import Judge, JudgeResult, parse_judgement
 
 # --------------------------------------------------------------------------------------------------------------------
 # A scripted judge: answers each request with a recorded raw output, found by the trace text in the request.
