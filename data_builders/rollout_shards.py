@@ -28,7 +28,17 @@ SHARD_FORMAT_VERSION = 1
 
 @dataclass
 class Shard:
-    """One shard: its rows, content hash, seed and file."""
+    """One shard: its rows, content hash, seed and file.
+
+    Attributes:
+        index: position of the shard in the call (rows `index * shard_size` ...); process `index % num_processes`
+            generates it.
+        rows: the prompt ids of its rows (a request repeated n times gives n rows).
+        digest: SHA-256 hex of everything the content depends on (`SHARD_FORMAT_VERSION`, the engine's
+            `cache_key()`, `params.to_dict()`, the seed, the index and the rows).
+        seed: `derive_seed(seed, digest)`, the seed the engine samples the shard with.
+        path: `cache_dir / "rollouts-<digest[:32]>.jsonl"`: a JSON header line, then one `Rollout.to_dict()` a line.
+    """
 
     index: int
     rows: list[list[int]]
