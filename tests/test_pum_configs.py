@@ -3,6 +3,10 @@
 from pathlib import Path
 
 import pytest
+import yaml
+
+from procrl.scripts.build_pum_data import make_parser as make_build_parser
+from procrl.scripts.train_pum import make_parser as make_train_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_CONFIGS = sorted((ROOT / "configs" / "pum").glob("build_*.yaml"))
@@ -16,23 +20,15 @@ def test_the_configs_are_found():
 
 @pytest.mark.parametrize("path", BUILD_CONFIGS, ids=lambda p: p.name)
 def test_build_config_parses(path):
-    import yaml
-
-    from procrl.data_builders.pum_math import make_parser
-
     # parsing raises on a field the dataclass lacks, and __post_init__ on invalid values
-    (config,) = make_parser().parse_args_and_config(["--config", str(path)])
+    (config,) = make_build_parser().parse_args_and_config(["--config", str(path)])
     assert config.output_dir == yaml.safe_load(path.read_text())["output_dir"]  # the file, not the defaults
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: p.name)
 def test_train_config_parses(path, tmp_path):
-    import yaml
-
-    from procrl.trainers.pum_training import make_parser
-
     # output_dir is redirected so parsing creates nothing in the repository
-    script_args, training_args, model_args = make_parser().parse_args_and_config(
+    script_args, training_args, model_args = make_train_parser().parse_args_and_config(
         ["--config", str(path), "--output_dir", str(tmp_path / "out")]
     )
     assert script_args.dataset_name == yaml.safe_load(path.read_text())["dataset_name"]  # the file, not the defaults

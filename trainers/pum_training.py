@@ -1,13 +1,7 @@
-"""Train a Prefix Utility Model (PUM) with TRL's `RewardTrainer`: the implementation behind `train_pum.py`.
+"""Train a Prefix Utility Model (PUM) with TRL's `RewardTrainer`: the library behind `procrl.scripts.train_pum`.
 
-    accelerate launch train_pum.py            # the shipped GSM8K pairs, the embedded model: a few minutes on CPU
-    accelerate launch train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml
-    python train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml --max_steps 20
-    ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2 train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml
-    accelerate launch --config_file configs/accelerate/zero2.yaml train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml --bf16 true
-    python train_pum.py --config configs/pum/train_gsm8k_smollm2_lora.yaml         # LoRA (lora_task_type: SEQ_CLS)
-
-(On CPU, `accelerate launch --num_processes 2 --cpu` starts only ONE process; use torchrun as above for two ranks.)
+`train_pum.py` and `procrl train-pum` run `procrl.scripts.train_pum.main` (its docstring has the launch commands);
+`train(script_args, training_args, model_args)` here is the job, with its two config dataclasses.
 
 The job (DESIGN §2.3, §4 "PUM"): read a PUM-Math pair set (columns `prompt` = problem text, `chosen`/`rejected` =
 prefix texts, `margin` = ΔG >= 0, `pair_type`, `problem_id`), hold out whole problems for evaluation (no problem
@@ -41,42 +35,25 @@ import codecs
 import json
 import math
 import os
-import random
-import sys
 import time
-from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
-from trl import RewardConfig
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
+from trl import RewardConfig, RewardTrainer, get_peft_config
 
-from procrl.data_builders.datasets import builtin_data_file
-from procrl.rewards.pum import (
-    PUM_CONFIG_NAME,
-    PrefixUtilityModel,
-    render_prefix,
-    render_prompt_ids,
-    score_token_sequences,
-)
+from procrl.deprecation import moved_names
+from procrl.models import resolve_model
+from procrl.rewards.pum import PUM_CONFIG_NAME, PrefixUtilityModel
 from procrl.rewards.steps import DEFAULT_SEPARATOR
-from procrl.utils import get_logger, prompt_to_text
+from procrl.trainers import pum_data, pum_evaluation
+from procrl.utils import default_wandb_offline, get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
 
-REQUIRED_COLUMNS = ("prompt", "chosen", "rejected", "margin", "pair_type", "problem_id")
-# Pair sets shipped as package data of procrl.data_builders (data/SOURCE.md gives the command that built each one).
-BUILTIN_PAIRS = {"pum_math_gsm8k_cpu": "pum_math_gsm8k_cpu.jsonl"}
-BUILD_COMMAND = "procrl build-pum-data --config configs/pum/build_gsm8k_cpu.yaml"
-_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Configuration
-# ----------------------------------------------------------------------------------------------------------
+__all__ = ["PUMScriptArguments", "PUMTrainingConfig", "build_model", "train"]
 
 
 @dataclass
@@ -201,364 +178,12 @@ class PUMTrainingConfig(RewardConfig):
         super().__post_init__()
 
 
-def make_parser():
-    from trl import ModelConfig, TrlParser
-
-    return TrlParser((PUMScriptArguments, PUMTrainingConfig, ModelConfig))
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Data: load, split by problem, render + tokenize
-# ----------------------------------------------------------------------------------------------------------
-
-
-class PairsNotFoundError(FileNotFoundError):
-    """A PUM-Math pair set that is neither a local path, a shipped set nor loadable from the Hub."""
-
-
-def load_pairs(name_or_path: str, split: str = "train"):
-    """Load a PUM-Math pair set as a `datasets.Dataset` and check its columns.
-
-    Args:
-        name_or_path: a `save_to_disk` directory (Dataset or DatasetDict), a .parquet/.jsonl/.json/.csv file, a
-            directory of data files, a shipped set (`BUILTIN_PAIRS`; a local path of the same name wins), or a
-            Hub dataset id.
-        split: split to read from a DatasetDict, a data directory or the Hub (files have one split).
-
-    Raises:
-        PairsNotFoundError: no such local path or shipped set, and the Hub did not give it either (the message is
-            one line naming the path and the builder command).
-        ValueError: an unsupported file type, a missing split, or missing columns (REQUIRED_COLUMNS).
-    """
-    import datasets
-
-    path = Path(name_or_path)
-    if not path.exists() and name_or_path in BUILTIN_PAIRS:
-        try:
-            path = Path(str(builtin_data_file(BUILTIN_PAIRS[name_or_path])))
-        except FileNotFoundError as error:  # a broken install: one line, like any other missing pair set
-            raise PairsNotFoundError(str(error).replace("\n", " ")) from error
-    if path.is_dir() and any(
-        (path / marker).is_file() for marker in ("dataset_info.json", "state.json", "dataset_dict.json")
-    ):
-        loaded = datasets.load_from_disk(str(path))
-        if isinstance(loaded, datasets.DatasetDict):
-            if split not in loaded:
-                raise ValueError(f"{name_or_path!r} has splits {list(loaded)}, not {split!r}: set dataset_split")
-            loaded = loaded[split]
-    elif path.is_file():
-        builder = _FILE_BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(f"Cannot read {name_or_path!r}: use one of {sorted(_FILE_BUILDERS)} or a directory")
-        loaded = datasets.load_dataset(builder, data_files=str(path), split="train")
-    else:
-        where = f"No PUM-Math pairs at {name_or_path!r} (no such file or directory, not a shipped set {sorted(BUILTIN_PAIRS)}"
-        how = (
-            f"build them with `{BUILD_COMMAND}` and pass its dataset/ folder, or leave dataset_name at its default "
-            "(the shipped pairs)"
-        )
-        text = str(name_or_path)
-        if text.startswith((".", "/", "~")) or text.count("/") > 1 or path.suffix.lower() in _FILE_BUILDERS:
-            raise PairsNotFoundError(f"{where}); {how}.")  # a local path, not a Hub id ("name" or "owner/name")
-        try:
-            loaded = datasets.load_dataset(text, split=split)
-        except (FileNotFoundError, ConnectionError) as error:  # DatasetNotFoundError is a FileNotFoundError
-            raise PairsNotFoundError(f"{where}, not loadable from the Hub: {type(error).__name__}); {how}.") from error
-    missing = [c for c in REQUIRED_COLUMNS if c not in loaded.column_names]
-    if missing:
-        raise ValueError(
-            f"{name_or_path!r} lacks the PUM-Math columns {missing} (has {loaded.column_names}); build the pairs "
-            "with the PUM-Math builder or rename the columns."
-        )
-    return loaded
-
-
-def split_by_problem(pairs, eval_fraction: float, seed: int = 0):
-    """Split pairs into (train, eval) by `problem_id`: a problem's pairs all land on one side.
-
-    `round(eval_fraction * n_problems)` problems (at least 1 when `eval_fraction > 0`) chosen by a seeded shuffle of
-    the sorted ids are held out; row order is kept within each side.
-
-    Raises:
-        ValueError: fewer than 2 problems while a held-out split is requested.
-    """
-    ids = sorted({str(p) for p in pairs["problem_id"]})
-    if eval_fraction <= 0:
-        return pairs, pairs.select([])
-    if len(ids) < 2:
-        raise ValueError(f"Cannot hold out problems from {len(ids)} problem(s); set eval_fraction: 0 or add data")
-    random.Random(seed).shuffle(ids)
-    n_eval = min(max(1, round(eval_fraction * len(ids))), len(ids) - 1)
-    held_out = set(ids[:n_eval])
-    flags = [str(p) in held_out for p in pairs["problem_id"]]
-    train = pairs.select([i for i, f in enumerate(flags) if not f])
-    evaluation = pairs.select([i for i, f in enumerate(flags) if f])
-    return train, evaluation
-
-
-@dataclass
-class PairStats:
-    """Counts from `tokenize_pairs` (one set of pairs). Tokens are model tokens."""
-
-    pairs_in: int = 0
-    pairs_kept: int = 0
-    dropped_ties: int = 0  # `is_tie` rows of the builder (ΔG = 0, order arbitrary): no Bradley-Terry target
-    dropped_identical_text: int = 0  # chosen == rejected before rendering
-    dropped_identical_after_truncation: int = 0  # different texts, same ids after the right cut
-    dropped_prompt_too_long: int = 0  # the rendered problem alone exceeds max_length - 1
-    dropped_ends_with_pad: int = 0  # the cut ends right after a pad/EOS token (transformers would pool elsewhere)
-    truncated_sequences: int = 0  # chosen or rejected inputs that were cut (each side counts)
-    truncated_tokens: int = 0  # prefix tokens cut, summed over all kept and dropped inputs
-    max_input_tokens: int = 0  # longest kept input
-    kept_by_type: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def tokenize_pairs(
-    pairs,
-    tokenizer: Any,
-    max_length: int | None,
-    *,
-    separator: str = DEFAULT_SEPARATOR,
-    margin_scale: float = 1.0,
-    progress: bool = True,
-):
-    """Render and tokenize PUM pairs for `RewardTrainer` with `render_prefix` (the scorer's renderer).
-
-    Args:
-        pairs: a Dataset with REQUIRED_COLUMNS (`prompt` is the problem text, or chat messages whose last user
-            message is the problem); rows with a true `is_tie` (the builder's optional ΔG = 0 pairs) are dropped
-            and counted, since a tie has no preferred side (DESIGN's optional tie regulariser is not implemented).
-        tokenizer: the model's tokenizer (chat template, pad token set).
-        max_length: `RewardConfig.max_length`; inputs keep at most `max_length - 1` tokens (None: no cut).
-        separator: step separator for splitting prefixes into tokenization pieces.
-        margin_scale: the `margin` column becomes `margin_scale * margin`; 0 leaves the column out.
-
-    Returns:
-        (dataset, stats): columns `chosen_ids`, `rejected_ids`, [`margin`], `pair_type`, `problem_id`,
-        `chosen_prefix_tokens`, `rejected_prefix_tokens` (prefix lengths in tokens before truncation, for the
-        length baseline), plus `PairStats`.
-
-    Raises:
-        ValueError: a non-finite or negative margin, or an empty chosen/rejected text.
-    """
-    import datasets
-    from tqdm.auto import tqdm
-
-    stats = PairStats(pairs_in=len(pairs))
-    rows: dict[str, list] = defaultdict(list)
-    prompt_cache: dict[str, list[int]] = {}
-    for i, ex in enumerate(tqdm(pairs, desc="procrl: rendering PUM pairs", disable=not progress)):
-        margin = float(ex["margin"])
-        if not math.isfinite(margin) or margin < 0:
-            raise ValueError(
-                f"pair {i} (problem {ex['problem_id']}): margin must be finite and >= 0, got {ex['margin']}"
-            )
-        if ex.get("is_tie"):
-            stats.dropped_ties += 1
-            continue
-        chosen, rejected = ex["chosen"], ex["rejected"]
-        if not isinstance(chosen, str) or not isinstance(rejected, str) or not chosen.strip() or not rejected.strip():
-            raise ValueError(
-                f"pair {i} (problem {ex['problem_id']}): chosen and rejected must be non-empty prefix texts"
-            )
-        if chosen == rejected:
-            stats.dropped_identical_text += 1
-            continue
-        problem = prompt_to_text(ex["prompt"])
-        try:
-            if problem not in prompt_cache:
-                prompt_cache[problem] = render_prompt_ids(tokenizer, problem)
-            sides = [
-                render_prefix(
-                    tokenizer, problem, text, max_length, separator=separator, prompt_ids=prompt_cache[problem]
-                )
-                for text in (chosen, rejected)
-            ]
-        except ValueError as err:
-            if "never cut" not in str(err):
-                raise
-            stats.dropped_prompt_too_long += 1
-            continue
-        for side in sides:
-            stats.truncated_sequences += side.truncated_tokens > 0
-            stats.truncated_tokens += side.truncated_tokens
-        c, r = sides
-        if c.input_ids == r.input_ids:
-            stats.dropped_identical_after_truncation += 1
-            continue
-        if tokenizer.pad_token_id in (c.input_ids[-1], r.input_ids[-1]):
-            stats.dropped_ends_with_pad += 1
-            continue
-        rows["chosen_ids"].append(c.input_ids)
-        rows["rejected_ids"].append(r.input_ids)
-        if margin_scale > 0:
-            rows["margin"].append(margin_scale * margin)
-        rows["pair_type"].append(str(ex["pair_type"]))
-        rows["problem_id"].append(str(ex["problem_id"]))
-        rows["chosen_prefix_tokens"].append(len(c.input_ids) + c.truncated_tokens - c.prompt_length)
-        rows["rejected_prefix_tokens"].append(len(r.input_ids) + r.truncated_tokens - r.prompt_length)
-        stats.max_input_tokens = max(stats.max_input_tokens, len(c.input_ids), len(r.input_ids))
-        stats.kept_by_type[str(ex["pair_type"])] = stats.kept_by_type.get(str(ex["pair_type"]), 0) + 1
-    stats.pairs_kept = len(rows["chosen_ids"])
-    dropped = stats.pairs_in - stats.pairs_kept
-    if dropped or stats.truncated_sequences:
-        logger.info("PUM pairs: kept %d of %d; %s", stats.pairs_kept, stats.pairs_in, stats.to_dict())
-    columns = [
-        "chosen_ids",
-        "rejected_ids",
-        *(["margin"] if margin_scale > 0 else []),
-        "pair_type",
-        "problem_id",
-        "chosen_prefix_tokens",
-        "rejected_prefix_tokens",
-    ]
-    return datasets.Dataset.from_dict({c: rows[c] for c in columns}), stats
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Evaluation: pairwise accuracy overall and per pair type, and the length-only baseline
-# ----------------------------------------------------------------------------------------------------------
-
-
-def pairwise_accuracy(correct: Sequence[float], pair_types: Sequence[str]) -> dict[str, Any]:
-    """`{"accuracy", "n", "by_type": {type: {"accuracy", "n"}}}` from per-pair credit (1, 0, or 0.5 for a tie
-    in the baseline). Types are reported in sorted order; an empty set gives accuracy None."""
-    by_type: dict[str, list[float]] = defaultdict(list)
-    for value, kind in zip(correct, pair_types, strict=True):
-        by_type[kind].append(value)
-
-    def acc(values):
-        return sum(values) / len(values) if values else None
-
-    return {
-        "accuracy": acc(list(correct)),
-        "n": len(correct),
-        "by_type": {k: {"accuracy": acc(v), "n": len(v)} for k, v in sorted(by_type.items())},
-    }
-
-
-def length_baseline(pairs) -> dict[str, Any]:
-    """Held-out accuracy of "the longer prefix wins" (prefix length in tokens, before truncation).
-
-    A tie counts 1/2 (a coin flip) and is counted in `ties`.
-
-    >>> import datasets
-    >>> ds = datasets.Dataset.from_dict({"chosen_prefix_tokens": [9, 3, 5], "rejected_prefix_tokens": [4, 7, 5],
-    ...                                  "pair_type": ["vertical", "vertical", "horizontal"]})
-    >>> r = length_baseline(ds); r["accuracy"], r["by_type"]["vertical"]["accuracy"], r["ties"]
-    (0.5, 0.5, 1)
-    """
-    chosen, rejected = pairs["chosen_prefix_tokens"], pairs["rejected_prefix_tokens"]
-    credit = [1.0 if c > r else 0.5 if c == r else 0.0 for c, r in zip(chosen, rejected, strict=True)]
-    result = pairwise_accuracy(credit, pairs["pair_type"])
-    result["ties"] = sum(c == r for c, r in zip(chosen, rejected, strict=True))
-    return result
-
-
-def evaluate_pairs(model: Any, pairs, *, pad_token_id: int, batch_size: int = 16, accelerator: Any = None) -> dict:
-    """Pairwise accuracy of a PUM on tokenized pairs: a pair is correct when U(chosen) > U(rejected) (strictly).
-
-    Scores are pooled at the last real token (`score_token_sequences`), in eval mode, without gradients. With an
-    `accelerator` of several processes the pairs are sharded over ranks (every rank runs the same number of forward
-    passes, which ZeRO-3 needs) and gathered; every rank returns the full result.
-
-    Returns:
-        `pairwise_accuracy(...)` plus `mean_margin` = mean of U(chosen) - U(rejected).
-    """
-    n = len(pairs)
-    if n == 0:
-        return {**pairwise_accuracy([], []), "mean_margin": None}
-    world = accelerator.num_processes if accelerator is not None else 1
-    rank = accelerator.process_index if accelerator is not None else 0
-    shard = list(range(rank, n, world))
-    per_rank = math.ceil(n / world)
-    shard += [shard[-1] if shard else 0] * (per_rank - len(shard))  # equal work on every rank; duplicates dropped
-    chosen = [pairs[i]["chosen_ids"] for i in shard]
-    rejected = [pairs[i]["rejected_ids"] for i in shard]
-    was_training = model.training
-    model.eval()
-    try:
-        scores = score_token_sequences(model, chosen + rejected, pad_token_id=pad_token_id, batch_size=batch_size)
-    finally:
-        model.train(was_training)
-    local = [(i, scores[j], scores[len(shard) + j]) for j, i in enumerate(shard)]
-    if world > 1:
-        from accelerate.utils import gather_object
-
-        local = gather_object(local)
-    by_index = {i: (c, r) for i, c, r in local}
-    types = pairs["pair_type"]
-    correct = [1.0 if by_index[i][0] > by_index[i][1] else 0.0 for i in range(n)]
-    result = pairwise_accuracy(correct, types)
-    result["mean_margin"] = sum(by_index[i][0] - by_index[i][1] for i in range(n)) / n
-    return result
-
-
-def flatten_accuracy(result: dict, prefix: str = "eval_pairwise_accuracy") -> dict[str, float]:
-    """`{"eval_pairwise_accuracy": a, "eval_pairwise_accuracy_vertical": ..., ...}` for `Trainer.log` (wandb shows
-    them as eval/pairwise_accuracy...)."""
-    logs = {prefix: result["accuracy"]}
-    for kind, row in result["by_type"].items():
-        logs[f"{prefix}_{kind}"] = row["accuracy"]
-    if result.get("mean_margin") is not None:
-        logs[prefix.replace("accuracy", "margin")] = result["mean_margin"]
-    return {k: v for k, v in logs.items() if v is not None}
-
-
-class PairwiseAccuracyCallback(TrainerCallback):
-    """After every evaluation, score the held-out pairs and log pairwise accuracy overall and per pair type.
-
-    TRL's `RewardTrainer` drops `pair_type` before the collator and averages per-batch accuracies, so this
-    callback keeps its own tokenized copy (with `pair_type`) and scores it with `evaluate_pairs`. Call
-    `attach(trainer)` once the trainer exists (the callback logs through `trainer.log`, so the values reach
-    `log_history`, wandb and the dict `trainer.evaluate()` returns).
-    """
-
-    def __init__(self, pairs, *, pad_token_id: int, batch_size: int = 16):
-        self.pairs = pairs
-        self.pad_token_id = pad_token_id
-        self.batch_size = batch_size
-        self.trainer = None
-        self.history: list[tuple[int, dict]] = []
-
-    def attach(self, trainer) -> PairwiseAccuracyCallback:
-        self.trainer = trainer
-        return self
-
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.trainer is None:
-            raise RuntimeError("PairwiseAccuracyCallback.attach(trainer) was not called")
-        model = self.trainer.accelerator.unwrap_model(self.trainer.model)
-        result = evaluate_pairs(
-            model,
-            self.pairs,
-            pad_token_id=self.pad_token_id,
-            batch_size=self.batch_size,
-            accelerator=self.trainer.accelerator,
-        )
-        self.history.append((state.global_step, result))
-        logs = flatten_accuracy(result)
-        if metrics is not None:
-            metrics.update(logs)
-        self.trainer.log(logs)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The job
-# ----------------------------------------------------------------------------------------------------------
-
-
 def build_model(model_path: str, model_args: Any, tokenizer: Any, *, trust_remote_code: bool = False):
     """`AutoModelForSequenceClassification(num_labels=1)` from a causal LM (new score head) or a PUM checkpoint.
 
     Raises:
         ValueError: body weights (anything but `score.weight`) are missing from the checkpoint.
     """
-    from transformers import AutoModelForSequenceClassification
-
     dtype = model_args.dtype if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
     model, info = AutoModelForSequenceClassification.from_pretrained(
         model_path,
@@ -579,8 +204,6 @@ def build_model(model_path: str, model_args: Any, tokenizer: Any, *, trust_remot
 
 
 def _peft_config(model_args):
-    from trl import get_peft_config
-
     if not model_args.use_peft:
         return None
     task = str(model_args.lora_task_type or "").upper()
@@ -597,12 +220,6 @@ def _peft_config(model_args):
 
 def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, model_args) -> dict:
     """Split, render, train, evaluate and save a PUM; returns the summary also written to `summary.json`."""
-    from transformers import AutoTokenizer, set_seed
-    from trl import RewardTrainer
-
-    from procrl.models import resolve_model
-    from procrl.utils import default_wandb_offline, json_safe
-
     t0 = time.perf_counter()
     default_wandb_offline(training_args.report_to)
     peft_config = _peft_config(model_args)
@@ -615,10 +232,10 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
         tokenizer.pad_token = tokenizer.eos_token
 
     # Data: hold out whole problems, then render with the scorer's renderer.
-    pairs = load_pairs(script_args.dataset_name, script_args.dataset_split)
+    pairs = pum_data.load_pairs(script_args.dataset_name, script_args.dataset_split)
     if script_args.eval_dataset_name:
         train_raw = pairs
-        eval_raw = load_pairs(
+        eval_raw = pum_data.load_pairs(
             script_args.eval_dataset_name, script_args.eval_dataset_split or script_args.dataset_split
         )
         shared = {str(p) for p in train_raw["problem_id"]} & {str(p) for p in eval_raw["problem_id"]}
@@ -627,7 +244,7 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
                 f"{len(shared)} problems are in both the training and the held-out pairs, e.g. {sorted(shared)[:3]}"
             )
     else:
-        train_raw, eval_raw = split_by_problem(pairs, script_args.eval_fraction, script_args.split_seed)
+        train_raw, eval_raw = pum_data.split_by_problem(pairs, script_args.eval_fraction, script_args.split_seed)
     if script_args.max_train_pairs is not None:
         train_raw = train_raw.select(range(min(script_args.max_train_pairs, len(train_raw))))
     if script_args.max_eval_pairs is not None:
@@ -637,8 +254,8 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
         "margin_scale": script_args.margin_scale,
         "progress": main_process,
     }
-    train_pairs, train_stats = tokenize_pairs(train_raw, tokenizer, training_args.max_length, **render)
-    eval_pairs, eval_stats = tokenize_pairs(eval_raw, tokenizer, training_args.max_length, **render)
+    train_pairs, train_stats = pum_data.tokenize_pairs(train_raw, tokenizer, training_args.max_length, **render)
+    eval_pairs, eval_stats = pum_data.tokenize_pairs(eval_raw, tokenizer, training_args.max_length, **render)
     if len(train_pairs) == 0:
         raise ValueError(f"No training pairs left after rendering: {train_stats.to_dict()}")
     has_eval = len(eval_pairs) > 0
@@ -648,7 +265,7 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
 
     set_seed(training_args.seed)  # the new score head's init
     model = build_model(model_path, model_args, tokenizer, trust_remote_code=training_args.trust_remote_code)
-    callback = PairwiseAccuracyCallback(
+    callback = pum_evaluation.PairwiseAccuracyCallback(
         eval_pairs, pad_token_id=tokenizer.pad_token_id, batch_size=training_args.per_device_eval_batch_size
     )
     trainer = RewardTrainer(
@@ -671,11 +288,13 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
     if not head or not any(head):
         raise RuntimeError("The score head is not trainable; with LoRA keep `score` in lora_modules_to_save")
 
-    before = callback_result(trainer, callback) if has_eval and script_args.eval_before_training else None
+    before = (
+        pum_evaluation.callback_result(trainer, callback) if has_eval and script_args.eval_before_training else None
+    )
     train_start = time.perf_counter()
     train_output = trainer.train()
     train_time = time.perf_counter() - train_start
-    after = callback_result(trainer, callback) if has_eval else None
+    after = pum_evaluation.callback_result(trainer, callback) if has_eval else None
 
     # In-trainer scores of a few held-out prefixes: a reloaded checkpoint must reproduce them.
     probe_source = eval_raw if len(eval_raw) else train_raw
@@ -719,7 +338,7 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
         "heldout": {
             "before": before,
             "after": after,
-            "length_baseline": length_baseline(eval_pairs) if has_eval else None,
+            "length_baseline": pum_evaluation.length_baseline(eval_pairs) if has_eval else None,
         },
         "probe": probe,
         "checkpoint": str(training_args.output_dir),
@@ -742,60 +361,35 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
     return summary
 
 
-def callback_result(trainer, callback: PairwiseAccuracyCallback) -> dict:
-    """Run `trainer.evaluate()` (TRL's eval loss + the callback's pairwise accuracy) and return the callback's
-    result for that evaluation, with TRL's eval loss added."""
-    metrics = trainer.evaluate()
-    result = dict(callback.history[-1][1])
-    result["eval_loss"] = metrics.get("eval_loss")
-    return result
-
-
-def format_summary(summary: dict) -> str:
-    """The held-out table people read: PUM pairwise accuracy before/after training and the length baseline."""
-    data, train_info, heldout = summary["data"], summary["train"], summary["heldout"]
-    lines = [
-        f"procrl PUM: {summary['model']}{' (LoRA)' if summary['lora'] else ''} on {data['dataset']}, "
-        f"{train_info['steps']} steps in {train_info['wall_time_s']:.0f} s, {summary['world_size']} process(es)",
-        f"pairs: train {data['train']['pairs_kept']} of {data['train']['pairs_in']} ({data['train_problems']} problems), "
-        f"held out {data['eval']['pairs_kept']} of {data['eval']['pairs_in']} ({data['eval_problems']} problems); "
-        f"truncated inputs {data['train']['truncated_sequences'] + data['eval']['truncated_sequences']}, "
-        f"dropped identical after truncation "
-        f"{data['train']['dropped_identical_after_truncation'] + data['eval']['dropped_identical_after_truncation']}",
-    ]
-    if heldout["after"] is not None:
-        header = f"{'pair type':<12} {'n':>5} {'PUM before':>10} {'PUM after':>10} {'longer wins':>11}"
-        lines += ["", header, "-" * len(header)]
-        rows = [("all", heldout["after"], heldout["before"], heldout["length_baseline"])]
-        for kind in heldout["after"]["by_type"]:
-            rows.append(
-                (
-                    kind,
-                    heldout["after"]["by_type"][kind],
-                    (heldout["before"] or {}).get("by_type", {}).get(kind),
-                    heldout["length_baseline"]["by_type"].get(kind),
-                )
+# The data and evaluation halves of this module moved to their own modules (same layer); the command (`main`,
+# `make_parser`, `format_summary`) moved to procrl.scripts.train_pum. The old paths of the library names keep
+# working for one release.
+__getattr__ = moved_names(
+    __name__,
+    {
+        **{
+            name: "procrl.trainers.pum_data"
+            for name in (
+                "BUILD_COMMAND",
+                "BUILTIN_PAIRS",
+                "REQUIRED_COLUMNS",
+                "PairStats",
+                "PairsNotFoundError",
+                "load_pairs",
+                "split_by_problem",
+                "tokenize_pairs",
             )
-
-        def fmt(row):
-            return f"{row['accuracy']:.3f}" if row and row.get("accuracy") is not None else "-"
-
-        for name, after, before, base in rows:
-            lines.append(f"{name:<12} {after['n']:>5} {fmt(before):>10} {fmt(after):>10} {fmt(base):>11}")
-    if summary.get("summary_path"):
-        lines += ["", f"summary: {summary['summary_path']}", f"checkpoint: {summary['checkpoint']}"]
-    return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Parse `--config x.yaml` plus flag overrides, train, and print the held-out table (rank 0)."""
-    parser = make_parser()
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
-    try:
-        summary = train(script_args, training_args, model_args)
-    except PairsNotFoundError as error:
-        print(f"train_pum.py: error: {error}", file=sys.stderr)
-        return 2
-    if training_args.process_index == 0:
-        print(format_summary(summary))
-    return 0
+        },
+        **{
+            name: "procrl.trainers.pum_evaluation"
+            for name in (
+                "PairwiseAccuracyCallback",
+                "callback_result",
+                "evaluate_pairs",
+                "flatten_accuracy",
+                "length_baseline",
+                "pairwise_accuracy",
+            )
+        },
+    },
+)

@@ -1,4 +1,5 @@
-"""PUM training (trainers/pum_training.py, train_pum.py): data preparation, per-type evaluation, launches, reload.
+"""PUM training (trainers/pum_data.py, pum_evaluation.py, pum_training.py; procrl/scripts/train_pum.py, train_pum.py):
+data preparation, per-type evaluation, launches, reload.
 
 A tiny random Llama over the SmolLM2 tokenizer stands in for the causal LM; the PUM-Math pairs are made here.
 """
@@ -12,17 +13,16 @@ from pathlib import Path
 import datasets
 import pytest
 import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer, LlamaForSequenceClassification, set_seed
+from trl import ModelConfig
 
 from procrl.rewards.pum import PrefixUtilityModel, render_prompt_ids
-from procrl.trainers import pum_training
-from procrl.trainers.pum_training import (
-    PUMScriptArguments,
-    evaluate_pairs,
-    length_baseline,
-    make_parser,
-    split_by_problem,
-    tokenize_pairs,
-)
+from procrl.scripts.train_pum import make_parser
+from procrl.trainers import pum_data, pum_training
+from procrl.trainers.pum_data import split_by_problem, tokenize_pairs
+from procrl.trainers.pum_evaluation import evaluate_pairs, length_baseline
+from procrl.trainers.pum_training import PUMScriptArguments
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -194,8 +194,6 @@ def test_length_baseline_by_hand():
 
 
 def test_evaluate_pairs_per_type_matches_plain_scoring(smollm2_tokenizer, tiny_llama_factory):
-    from transformers import LlamaForSequenceClassification
-
     config = tiny_llama_factory(len(smollm2_tokenizer)).config
     config.num_labels = 1
     torch.manual_seed(3)
@@ -223,8 +221,6 @@ def test_evaluate_pairs_per_type_matches_plain_scoring(smollm2_tokenizer, tiny_l
 
 
 def test_peft_flags_need_seq_cls():
-    from trl import ModelConfig
-
     with pytest.raises(ValueError, match="SEQ_CLS"):
         pum_training._peft_config(ModelConfig(use_peft=True, lora_task_type="CAUSAL_LM"))
     args = ModelConfig(use_peft=True, lora_task_type="SEQ_CLS", lora_target_modules=["q_proj"])
@@ -243,7 +239,7 @@ def test_the_shipped_pairs_are_the_default_and_load():
     script_args, training_args, model_args = make_parser().parse_args_and_config(args=[])
     assert script_args.dataset_name == "pum_math_gsm8k_cpu" and model_args.model_name_or_path is None  # = default
     assert training_args.output_dir == "outputs/pum" and not training_args.activation_checkpointing
-    pairs = pum_training.load_pairs(script_args.dataset_name)
+    pairs = pum_data.load_pairs(script_args.dataset_name)
     assert len(pairs) == SHIPPED_PAIRS
     assert set(pairs["pair_type"]) == {"vertical", "horizontal"}
     assert all(m > 0 for m in pairs["margin"])  # kept pairs pass the margin filter: ΔG > κ·sd > 0
@@ -253,11 +249,24 @@ def test_the_shipped_pairs_are_the_default_and_load():
     assert not set(train["problem_id"]) & set(held_out["problem_id"])
 
 
+def test_dashed_and_underscored_flags_are_the_same():
+    dashed, _, _ = make_parser().parse_args_and_config(args=["--eval-fraction", "0.2", "--max-train-pairs", "8"])
+    underscored, _, _ = make_parser().parse_args_and_config(args=["--eval_fraction", "0.2", "--max_train_pairs", "8"])
+    assert dashed == underscored and (dashed.eval_fraction, dashed.max_train_pairs) == (0.2, 8)
+
+
+def test_moved_names_keep_their_old_path_for_one_release():
+    with pytest.warns(DeprecationWarning, match="procrl.trainers.pum_data.load_pairs"):
+        assert pum_training.load_pairs is pum_data.load_pairs
+    with pytest.warns(DeprecationWarning, match="procrl.trainers.pum_evaluation.evaluate_pairs"):
+        assert pum_training.evaluate_pairs is evaluate_pairs
+
+
 @pytest.mark.parametrize("path", ["outputs/pum_math/gsm8k/dataset", "./pairs", "pairs.parquet", "/no/such/dir"])
 def test_a_missing_local_pair_set_is_one_clear_line(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(pum_training.PairsNotFoundError) as error:  # raised before any Hub request
-        pum_training.load_pairs(path)
+    with pytest.raises(pum_data.PairsNotFoundError) as error:  # raised before any Hub request
+        pum_data.load_pairs(path)
     message = str(error.value)
     assert "\n" not in message and repr(path) in message
     assert "procrl build-pum-data --config configs/pum/build_gsm8k_cpu.yaml" in message
@@ -272,10 +281,6 @@ def test_a_missing_local_pair_set_is_one_clear_line(path, tmp_path, monkeypatch)
 def test_train_then_reload_in_two_fresh_processes(tmp_path, tiny_model_dir, pairs_dir):
     """`python train_pum.py` end to end; two fresh processes reload the checkpoint and reproduce the
     in-trainer scores of the probe prefixes (identical to each other, within 1e-5 of the trainer's)."""
-    from safetensors.torch import load_file
-    from transformers import AutoTokenizer, set_seed
-    from trl import ModelConfig
-
     out = tmp_path / "out"
     proc = _run([sys.executable, "train_pum.py", *_flags(tiny_model_dir, pairs_dir, out)], tmp_path)
     summary = json.loads((out / "summary.json").read_text())
@@ -324,8 +329,6 @@ def test_train_then_reload_in_two_fresh_processes(tmp_path, tiny_model_dir, pair
 
 @pytest.mark.slow
 def test_lora_trains_the_head_and_reloads(tmp_path, tiny_model_dir, pairs_dir):
-    from safetensors.torch import load_file
-
     out = tmp_path / "lora"
     parser = make_parser()
     args = _flags(
@@ -345,13 +348,13 @@ def test_lora_trains_the_head_and_reloads(tmp_path, tiny_model_dir, pairs_dir):
 
 @pytest.mark.slow
 def test_train_refuses_when_reward_trainer_would_drop_pairs(tmp_path, tiny_model_dir, pairs_dir, monkeypatch):
-    real = pum_training.tokenize_pairs
+    real = pum_data.tokenize_pairs
 
     def too_long(pairs, tokenizer, max_length, **kwargs):
         out, stats = real(pairs, tokenizer, max_length, **kwargs)
         return out.map(lambda ex: {"chosen_ids": ex["chosen_ids"] + [5] * max_length}), stats
 
-    monkeypatch.setattr(pum_training, "tokenize_pairs", too_long)
+    monkeypatch.setattr(pum_data, "tokenize_pairs", too_long)
     parser = make_parser()
     with pytest.raises(RuntimeError, match="dropped"):
         pum_training.train(*parser.parse_args_and_config(args=_flags(tiny_model_dir, pairs_dir, tmp_path / "x")))

@@ -1,0 +1,88 @@
+"""`train_pum.py` / `procrl train-pum`: train a Prefix Utility Model (PUM) on PUM-Math pairs with TRL's RewardTrainer.
+
+    accelerate launch train_pum.py            # the shipped GSM8K pairs, the embedded model: a few minutes on CPU
+    accelerate launch train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml
+    python train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml --max_steps 20
+    ACCELERATE_USE_CPU=True torchrun --nproc_per_node 2 train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml
+    accelerate launch --config_file configs/accelerate/zero2.yaml train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml --bf16 true
+    python train_pum.py --config configs/pum/train_gsm8k_smollm2_lora.yaml         # LoRA (lora_task_type: SEQ_CLS)
+    procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml                  # the same command
+
+(On CPU, `accelerate launch --num_processes 2 --cpu` starts only ONE process; use torchrun as above for two ranks.)
+
+The flags are the fields of `PUMScriptArguments` and `PUMTrainingConfig` (`procrl.trainers.pum_training`) and of
+TRL's `ModelConfig`; `--config x.yaml` sets them from a file and flags override it. The job itself (split by
+problem, render, Bradley-Terry with margin, held-out evaluation, outputs) is `procrl.trainers.pum_training.train`;
+this command prints its held-out table on rank 0, or one error line (exit status 2) for a missing pair set.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from trl import ModelConfig, TrlParser
+
+from procrl.trainers.pum_data import PairsNotFoundError
+from procrl.trainers.pum_training import PUMScriptArguments, PUMTrainingConfig, train
+
+
+def make_parser() -> TrlParser:
+    """The parser of `train_pum.py`: `PUMScriptArguments`, `PUMTrainingConfig`, `ModelConfig` (+ `--config`)."""
+    return TrlParser((PUMScriptArguments, PUMTrainingConfig, ModelConfig))
+
+
+def format_summary(summary: dict) -> str:
+    """The held-out table people read: PUM pairwise accuracy before/after training and the length baseline."""
+    data, train_info, heldout = summary["data"], summary["train"], summary["heldout"]
+    lines = [
+        f"procrl PUM: {summary['model']}{' (LoRA)' if summary['lora'] else ''} on {data['dataset']}, "
+        f"{train_info['steps']} steps in {train_info['wall_time_s']:.0f} s, {summary['world_size']} process(es)",
+        f"pairs: train {data['train']['pairs_kept']} of {data['train']['pairs_in']} ({data['train_problems']} problems), "
+        f"held out {data['eval']['pairs_kept']} of {data['eval']['pairs_in']} ({data['eval_problems']} problems); "
+        f"truncated inputs {data['train']['truncated_sequences'] + data['eval']['truncated_sequences']}, "
+        f"dropped identical after truncation "
+        f"{data['train']['dropped_identical_after_truncation'] + data['eval']['dropped_identical_after_truncation']}",
+    ]
+    if heldout["after"] is not None:
+        header = f"{'pair type':<12} {'n':>5} {'PUM before':>10} {'PUM after':>10} {'longer wins':>11}"
+        lines += ["", header, "-" * len(header)]
+        rows = [("all", heldout["after"], heldout["before"], heldout["length_baseline"])]
+        for kind in heldout["after"]["by_type"]:
+            rows.append(
+                (
+                    kind,
+                    heldout["after"]["by_type"][kind],
+                    (heldout["before"] or {}).get("by_type", {}).get(kind),
+                    heldout["length_baseline"]["by_type"].get(kind),
+                )
+            )
+
+        def fmt(row):
+            return f"{row['accuracy']:.3f}" if row and row.get("accuracy") is not None else "-"
+
+        for name, after, before, base in rows:
+            lines.append(f"{name:<12} {after['n']:>5} {fmt(before):>10} {fmt(after):>10} {fmt(base):>11}")
+    if summary.get("summary_path"):
+        lines += ["", f"summary: {summary['summary_path']}", f"checkpoint: {summary['checkpoint']}"]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse `--config x.yaml` plus flag overrides, train, and print the held-out table (rank 0).
+
+    Returns 0, or 2 after one `train_pum.py: error: ...` line on stderr when the pair set is missing.
+    """
+    parser = make_parser()
+    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    try:
+        summary = train(script_args, training_args, model_args)
+    except PairsNotFoundError as error:
+        print(f"train_pum.py: error: {error}", file=sys.stderr)
+        return 2
+    if training_args.process_index == 0:
+        print(format_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
