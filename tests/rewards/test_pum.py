@@ -1,4 +1,4 @@
-"""PUM rendering and scoring (rewards/pum.py) on a tiny random LlamaForSequenceClassification.
+"""PUM rendering and scoring (rewards/pum/) on a tiny random LlamaForSequenceClassification.
 
 The tiny model's score head is drawn with std 1 (not the 0.02 init), so U values are O(1) and differ between
 prefixes: the 1e-4 agreement checks below compare values that are far apart, not all close to 0.
