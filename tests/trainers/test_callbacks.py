@@ -11,15 +11,18 @@ import pytest
 import torch
 from datasets import Dataset
 from grpo_helpers import grpo_config
+from transformers import GenerationConfig
 
+from procrl.generation import render_prompts
+from procrl.judges import Judge, JudgeResult
 from procrl.logprobs import sequence_logps
 from procrl.rewards.frs import ReasoningJudgement, Trace, tail_confidence_from_logps
-from procrl.rewards.judges import Judge, JudgeResult
 from procrl.rewards.outcome import outcome_reward
-from procrl.trainers import callbacks as callbacks_module
-from procrl.trainers.callbacks import FRSArguments, FRSCallback, add_frs_callback, generate_traces
+from procrl.trainers import callbacks, frs_traces
+from procrl.trainers.callbacks import FRSArguments, add_frs_callback
+from procrl.trainers.frs_callback import FRSCallback
+from procrl.trainers.frs_traces import generate_traces
 from procrl.trainers.grpo import ProcessGRPOTrainer
-from procrl.trainers.rollout import render_prompts
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"), ("What is 1 + 1?", "2")]
 
@@ -159,17 +162,15 @@ def test_judge_failures_never_stop_training(tmp_path, tiny_llama, tokenizer, mod
 
 
 def test_generate_traces_confidence_equals_an_independent_forward(tiny_llama, tokenizer, monkeypatch):
-    from transformers import GenerationConfig
-
     recorded = []
-    original = callbacks_module.generate_completions
+    original = frs_traces.generate_completions
 
     def spy(*args, **kwargs):
         out = original(*args, **kwargs)
         recorded.append(out)
         return out
 
-    monkeypatch.setattr(callbacks_module, "generate_completions", spy)
+    monkeypatch.setattr(frs_traces, "generate_completions", spy)
     rows = [dict(r) for r in _dataset()]
     config = GenerationConfig(
         do_sample=True, temperature=0.7, top_k=0, max_new_tokens=10, pad_token_id=2, eos_token_id=[2]
@@ -249,3 +250,10 @@ def test_frs_arguments_build_and_attach_the_callback(tmp_path):
         FRSArguments(frs_eval_set="gsm8k:a:b")
     with pytest.raises(ValueError, match="frs_every_n_steps"):
         FRSArguments(frs_every_n_steps=-1)
+
+
+def test_the_callback_and_its_sampler_keep_their_old_path_for_one_release():
+    with pytest.warns(DeprecationWarning, match="procrl.trainers.frs_callback.FRSCallback"):
+        assert callbacks.FRSCallback is FRSCallback
+    with pytest.warns(DeprecationWarning, match="procrl.trainers.frs_traces.generate_traces"):
+        assert callbacks.generate_traces is generate_traces

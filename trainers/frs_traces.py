@@ -1,0 +1,182 @@
+"""FRS traces: sample completions of a policy with their tail confidences and final-answer correctness.
+
+`generate_traces` is the sampler of both FRS measurements: the training callback (`procrl.trainers.frs_callback`,
+live policy, GRPO's sampling settings) and `procrl frs` (offline, through `generate_traces_resumable`, which
+writes the traces chunk by chunk so that an interrupted run resumes where it stopped). Generation is
+`procrl.generation.generate_completions` (left padding, KV cache, cut after the first EOS), and each trace's
+confidence comes from that generation's own raw logits (`completion_logps`, T = 1): no second forward pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+from procrl.generation import eos_token_ids, generate_completions, render_prompts
+from procrl.rewards.frs import Trace, tail_confidence_from_logps
+from procrl.rewards.outcome import is_correct
+from procrl.utils import get_logger, json_safe, prompt_to_text
+
+logger = get_logger(__name__)
+
+__all__ = ["generate_traces", "generate_traces_resumable"]
+
+
+def generate_traces(
+    model,
+    tokenizer,
+    rows: Sequence[dict[str, Any]],
+    *,
+    n_traces: int,
+    generation_config,
+    eos_ids: Sequence[int] | None = None,
+    batch_size: int = 32,
+    tail_fraction: float = 0.1,
+    chat_template_kwargs: dict | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+) -> list[Trace]:
+    """Sample `n_traces` completions per problem and turn each into a `procrl.rewards.frs.Trace`.
+
+    Generation is `procrl.generation.generate_completions` (left padding, KV cache, cut after the first EOS); each
+    trace's confidence is the FRS tail confidence of its `completion_logps` (raw distribution, T = 1, from the
+    generation's own logits), and its correctness is `procrl.rewards.outcome.is_correct` against the `answer` column.
+
+    Args:
+        model: causal LM (its training mode is restored afterwards).
+        tokenizer: its tokenizer (pad token required).
+        rows: problems in procrl's data schema (`prompt`, `answer`; `problem_id` and `question` used when present).
+        n_traces: completions per problem.
+        generation_config: a `transformers.GenerationConfig` (sampling settings, `max_new_tokens`); not modified.
+        eos_ids: ids that end a completion; default: the tokenizer's and the model's EOS ids.
+        batch_size: completions per `generate` call.
+        tail_fraction: FRS tail share (0.1).
+
+    Returns:
+        `len(rows) * n_traces` traces, problem by problem, traces of one problem in sampling order.
+
+    Raises:
+        ValueError: `n_traces` or `batch_size` below 1.
+    """
+    if n_traces < 1 or batch_size < 1:
+        raise ValueError(f"n_traces and batch_size must be >= 1, got {n_traces} and {batch_size}")
+    eos_ids = list(eos_ids) if eos_ids is not None else eos_token_ids(tokenizer, model.generation_config)
+    jobs = [(row_index, row) for row_index, row in enumerate(rows) for _ in range(n_traces)]
+    traces: list[Trace] = []
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=len(jobs), desc="FRS generate", unit="trace", disable=not progress)
+    try:
+        for lo in range(0, len(jobs), batch_size):
+            chunk = jobs[lo : lo + batch_size]
+            prompt_ids = render_prompts(tokenizer, [row["prompt"] for _, row in chunk], chat_template_kwargs)
+            out = generate_completions(
+                model,
+                prompt_ids,
+                generation_config,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_ids=eos_ids,
+                device=device,
+            )
+            texts = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
+            for (row_index, row), ids, logps, text in zip(
+                chunk, out.completion_ids, out.completion_logps, texts, strict=True
+            ):
+                gold = row.get("answer")
+                traces.append(
+                    Trace(
+                        problem_id=str(row.get("problem_id") or f"row/{row_index}"),
+                        problem=row.get("question") or prompt_to_text(row["prompt"]),
+                        completion=text,
+                        gold=None if gold is None else str(gold),
+                        correct=is_correct(text, gold),
+                        confidence=tail_confidence_from_logps(logps, tail_fraction),
+                        num_tokens=len(ids),
+                    )
+                )
+            bar.update(len(chunk))
+    finally:
+        bar.close()
+        model.train(was_training)
+    return traces
+
+
+def generate_traces_resumable(
+    path: str | Path,
+    settings: Mapping[str, Any],
+    model,
+    tokenizer,
+    rows: Sequence[dict[str, Any]],
+    *,
+    n_traces: int,
+    generation_config,
+    eos_ids: Sequence[int] | None,
+    batch_size: int,
+    tail_fraction: float,
+    seed: int,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+) -> list[Trace]:
+    """Sample the traces in chunks of problems, appending each chunk to the JSONL file `path` (`traces.jsonl`).
+
+    Each chunk (`batch_size // n_traces` problems, at least one) is seeded with `seed + chunk index`
+    (`torch.manual_seed`), so a run interrupted and started again with the same settings reuses the finished chunks
+    and produces exactly the traces of an uninterrupted run; a rerun with the same settings (e.g. with another
+    judge) generates nothing. The first line of the file holds `settings` plus `problems` and `tail_fraction`; a
+    file with other settings is replaced, and the lines of a chunk cut mid-write are dropped.
+
+    Args:
+        path: the JSONL file (its folder must exist).
+        settings: what makes two runs the same (JSON values: model, data slice, sampling settings, seed, ...).
+        model, tokenizer, rows, n_traces, generation_config, eos_ids, batch_size, tail_fraction, device: as for
+            `generate_traces` (`batch_size` completions per `generate` call).
+        seed: base seed of the chunks.
+        progress: show one progress bar over all traces.
+
+    Returns:
+        `len(rows) * n_traces` traces, problem by problem, as `generate_traces` orders them.
+    """
+    path = Path(path)
+    settings = {**settings, "problems": len(rows), "tail_fraction": tail_fraction}
+    per_chunk = max(1, batch_size // n_traces)  # problems per chunk
+    traces: list[Trace] = []
+    if path.is_file():
+        lines = path.read_text().splitlines()
+        if lines and json.loads(lines[0]).get("settings") == json_safe(settings):
+            traces = [Trace(**{k: v for k, v in json.loads(line).items() if k != "rs"}) for line in lines[1:]]
+            logger.info("reusing %d traces from %s", len(traces), path)
+    if not traces:
+        path.write_text(json.dumps({"settings": json_safe(settings)}) + "\n")
+    done = len(rows) if len(traces) == len(rows) * n_traces else len(traces) // n_traces // per_chunk * per_chunk
+    if len(traces) != done * n_traces:  # a chunk cut mid-write: drop its lines from the file too
+        traces = traces[: done * n_traces]
+        lines = [json.dumps({"settings": json_safe(settings)})] + [json.dumps(json_safe(t.to_dict())) for t in traces]
+        path.write_text("\n".join(lines) + "\n")
+    bar = tqdm(total=len(rows) * n_traces, initial=len(traces), desc="FRS generate", unit="trace", disable=not progress)
+    for chunk, lo in enumerate(range(0, len(rows), per_chunk)):
+        if lo < done:
+            continue
+        torch.manual_seed(seed + chunk)
+        new = generate_traces(
+            model,
+            tokenizer,
+            rows[lo : lo + per_chunk],
+            n_traces=n_traces,
+            generation_config=generation_config,
+            eos_ids=eos_ids,
+            batch_size=batch_size,
+            tail_fraction=tail_fraction,
+            device=device,
+            progress=False,
+        )
+        with path.open("a") as handle:
+            handle.writelines(json.dumps(json_safe(t.to_dict())) + "\n" for t in new)
+        traces.extend(new)
+        bar.update(len(new))
+    bar.close()
+    return traces
