@@ -1,0 +1,279 @@
+"""Offline FRS of a model on a benchmark (DESIGN §4 "FRS"): the library behind `procrl frs`.
+
+`run_frs(args)` samples `args.n` traces per problem (temperature 0.7, no top-p/top-k by default) with procrl's
+batched generation, takes each trace's tail confidence from the generation's own raw logits, judges the traces FRS
+needs (`procrl.rewards.frs.plan_judging`) and writes into `args.output_dir`:
+
+- `frs.json`: the report (FRS@K, accuracies, selection gain, counts, judge statistics), the settings, wall times
+  and every trace (text, confidence, correctness, scores);
+- `traces.jsonl`: the sampled traces, written chunk by chunk (`generate_traces_resumable`); an interrupted run
+  started again with the same settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
+- `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
+  incorrect traces (`plot_frs`).
+
+`judge: local` starts the embedded judge server (`transformers serve` on the default model, 127.0.0.1) for the run
+and stops it afterwards; `judge: none` skips judging (accuracies and confidences only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.generation import eos_token_ids
+from procrl.judges import open_judge
+from procrl.models import resolve_model
+from procrl.rewards.frs import FRSConfig, compute_frs
+from procrl.trainers.callbacks import judge_options
+from procrl.trainers.frs_traces import generate_traces_resumable
+from procrl.utils import json_safe
+
+__all__ = ["OfflineFRSConfig", "plot_frs", "run_frs"]
+
+# the settings that make two runs' traces the same (the first line of traces.jsonl)
+TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "n", "temperature", "top_p", "top_k",
+                  "max_new_tokens", "batch_size", "seed")  # fmt: skip
+
+
+@dataclass
+class OfflineFRSConfig:
+    """Settings of `procrl frs` (parsed by `TrlParser` in `procrl/scripts/frs.py`; flags `--k-values` or
+    `--k_values` alike).
+
+    Raises:
+        ValueError: (on construction) `k_values` is not comma-separated numbers; `n`, `batch_size` or
+            `max_new_tokens` < 1 or `temperature` <= 0; or the FRS settings are invalid (`FRSConfig`: K values are
+            percentages in (0, 100], ...).
+    """
+
+    model: str = field(default="default", metadata={"help": "policy name or path ('default' = embedded SmolLM2-135M)"})
+    dataset: str = field(default="gsm8k", metadata={"help": "gsm8k, svamp, math500, or a local/hub data set"})
+    split: str | None = field(default=None, metadata={"help": "split of a non-built-in data set"})
+    start: int = field(default=0, metadata={"help": "first problem (0-based)"})
+    end: int = field(default=50, metadata={"help": "end problem (exclusive); -1 = all"})
+    prompt_template: str = field(
+        default="one_shot", metadata={"help": "'one_shot', 'zero_shot' or a {question} template"}
+    )
+    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
+    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (1.0 = off)"})
+    max_new_tokens: int = field(default=256, metadata={"help": "token budget of one trace"})
+    batch_size: int = field(default=32, metadata={"help": "traces per generate call"})
+    seed: int = field(default=0, metadata={"help": "sampling seed and FRS hash seed"})
+    device: str | None = field(default=None, metadata={"help": "torch device (None: cuda if available, else cpu)"})
+    no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
+    n: int = field(default=16, metadata={"help": "traces per problem"})
+    k: float = field(default=10, metadata={"help": "K of the headline FRS (top K%% most confident traces)"})
+    k_values: str = field(default="10,20,30,40,50", metadata={"help": "K values of the FRS@K curve (comma-separated)"})
+    judge: str = field(
+        default="local", metadata={"help": "'local', 'local:<model>', 'transformers:<model>', a URL, or 'none'"}
+    )
+    judge_concurrency: int = field(default=8, metadata={"help": "judge requests in flight at once"})
+    judge_max_tokens: int = field(
+        default=96, metadata={"help": "token budget of one judge reply (the JSON of four scores is ~30 tokens)"}
+    )
+    judge_timeout: float = field(
+        default=600,
+        metadata={
+            "help": "seconds one judge request may take, queueing in the server included (a CPU server runs one at "
+            "a time)"
+        },
+    )
+    judge_cache_dir: str | None = field(
+        default=None, metadata={"help": "on-disk judge cache (default: <output-dir>/judge_cache)"}
+    )
+    estimator: Literal["topk", "bins"] = field(default="topk", metadata={"help": "exact top-K, or the paper's bins"})
+    n_bins: int = field(default=10, metadata={"help": "bins of the bin estimator"})
+    max_per_bin: int = field(default=50, metadata={"help": "judged traces per bin (bin estimator)"})
+    random_baseline: Literal["sample", "mean"] = field(
+        default="sample",
+        metadata={
+            "help": "selection gain's RS(random): one seeded random trace, or the mean over the question's traces"
+        },
+    )
+    top_k: int = field(default=0, metadata={"help": "top-k sampling (0 = off)"})
+    output_dir: str = field(default="outputs/frs", metadata={"help": "where frs.json and frs.png go"})
+
+    def __post_init__(self) -> None:
+        self.frs_config()  # raises on invalid settings
+
+    def k_value_list(self) -> tuple[float, ...]:
+        """`k_values` parsed ("10,20" -> (10.0, 20.0); empty items skipped)."""
+        try:
+            return tuple(float(k) for k in self.k_values.split(",") if k.strip())
+        except ValueError:
+            raise ValueError(
+                f"--k-values must be comma-separated numbers, got {self.k_values!r} (e.g. --k-values 10,20,30,40,50)"
+            ) from None
+
+    def frs_config(self) -> FRSConfig:
+        """The FRS settings of the run (`procrl.rewards.frs.FRSConfig`).
+
+        Raises:
+            ValueError: see the class docstring.
+        """
+        k_values = self.k_value_list()
+        if self.n < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.temperature <= 0:
+            raise ValueError(
+                "--n, --batch-size and --max-new-tokens must be >= 1 and --temperature > 0, got "
+                f"{self.n}, {self.batch_size}, {self.max_new_tokens} and {self.temperature}"
+            )
+        return FRSConfig(
+            k_percent=self.k,
+            k_values=k_values,
+            estimator=self.estimator,
+            n_bins=self.n_bins,
+            max_per_bin=self.max_per_bin,
+            random_baseline=self.random_baseline,
+            seed=self.seed,
+        )
+
+
+def run_frs(args: OfflineFRSConfig) -> dict:
+    """Generate, judge, write frs.json and frs.png; returns what frs.json holds, plus `paths` (json, plot)."""
+    config = args.frs_config()
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    dataset = load_math_dataset(
+        args.dataset,
+        split=args.split,
+        start=args.start,
+        end=None if args.end is not None and args.end < 0 else args.end,
+        prompt_template=resolve_template(args.prompt_template),
+    )
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path = resolve_model(args.model)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    eos_ids = eos_token_ids(tokenizer, model.generation_config)
+    generation_config = GenerationConfig(
+        do_sample=True,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=eos_ids,
+    )
+    t_gen = time.perf_counter()
+    traces = generate_traces_resumable(
+        out / "traces.jsonl",
+        {key: getattr(args, key) for key in TRACE_SETTINGS},
+        model,
+        tokenizer,
+        [dict(row) for row in dataset],
+        n_traces=args.n,
+        generation_config=generation_config,
+        eos_ids=eos_ids,
+        batch_size=args.batch_size,
+        tail_fraction=config.tail_fraction,
+        seed=args.seed,
+        device=device,
+        progress=not args.no_progress,
+    )
+    generation_s = time.perf_counter() - t_gen
+    del model  # free the memory before a local judge server loads its own copy
+
+    t_judge = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        judge = None
+        if args.judge.lower() != "none":
+            cache_dir = args.judge_cache_dir or str(out / "judge_cache")
+            options = judge_options(args.judge, max_tokens=args.judge_max_tokens, timeout_s=args.judge_timeout)
+            judge = stack.enter_context(
+                open_judge(args.judge, cache_dir=cache_dir, max_concurrency=args.judge_concurrency, **options)
+            )
+        report = compute_frs(traces, judge, config, progress=not args.no_progress)
+    judge_s = time.perf_counter() - t_judge
+
+    result = {
+        "model": args.model,
+        "dataset": f"{args.dataset}[{args.start}:{args.start + len(dataset)}]",
+        "settings": {
+            "n_traces": args.n,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "top_k": args.top_k,
+            "max_new_tokens": args.max_new_tokens,
+            "seed": args.seed,
+            "judge": args.judge,
+            "judge_max_tokens": args.judge_max_tokens,
+            "judge_timeout_s": args.judge_timeout,
+            "batch_size": args.batch_size,
+            "prompt_template": args.prompt_template,
+            "frs": asdict(config),
+        },
+        "report": report.to_dict(),
+        "wall_time_s": {"generation": generation_s, "judging": judge_s, "total": time.perf_counter() - t0},
+        "mean_trace_tokens": sum(t.num_tokens for t in traces) / len(traces) if traces else None,
+        "truncated_frac": (
+            sum(1 for t in traces if t.num_tokens >= args.max_new_tokens) / len(traces) if traces else None
+        ),
+        "traces": [t.to_dict() for t in traces],
+    }
+    (out / "frs.json").write_text(json.dumps(json_safe(result), indent=2))
+    plot_frs(report, traces, out / "frs.png", title=f"{args.model} on {result['dataset']}, {args.n} traces/problem")
+    result["paths"] = {"json": str(out / "frs.json"), "plot": str(out / "frs.png")}
+    return result
+
+
+def plot_frs(report, traces, path: str | Path, title: str = "") -> Path:
+    """Two panels: FRS@K (and the accuracy of the kept traces, in %) against K; confidence histograms of correct
+    and incorrect traces (traces with an unparseable gold or no confidence left out).
+
+    Args:
+        report: a `procrl.rewards.frs.FRSReport` (`at_k`, `accuracy_at_k`, `accuracy`).
+        traces: the `Trace`s it was computed from (`correct`, `confidence`).
+        path: the PNG to write (110 dpi).
+
+    Returns:
+        `path` as a `Path`.
+    """
+    import matplotlib  # optional heavy dependency: only the plot needs it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # optional heavy dependency (see above)
+
+    fig, (ax_curve, ax_hist) = plt.subplots(1, 2, figsize=(11, 4))
+    ks = sorted(report.at_k)
+    frs_points = [(k, report.at_k[k]) for k in ks if report.at_k[k] is not None]
+    if frs_points:
+        ax_curve.plot(*zip(*frs_points, strict=True), marker="o", label="FRS@K (RS, 0-100)")
+    acc_points = [(k, 100 * report.accuracy_at_k[k]) for k in ks if report.accuracy_at_k.get(k) is not None]
+    if acc_points:
+        ax_curve.plot(*zip(*acc_points, strict=True), marker="s", linestyle="--", label="accuracy of kept traces (%)")
+    if report.accuracy is not None:
+        ax_curve.axhline(100 * report.accuracy, color="grey", linewidth=0.8, label="accuracy, all traces (%)")
+    if not frs_points and not acc_points:
+        ax_curve.text(0.5, 0.5, "nothing scored", ha="center", va="center", transform=ax_curve.transAxes)
+    ax_curve.set_xlabel("K (% most confident traces kept)")
+    ax_curve.set_ylim(0, 100)
+    ax_curve.set_title("FRS@K", fontsize=10)
+    ax_curve.grid(alpha=0.3)
+    ax_curve.legend(fontsize=8)
+
+    for label, flag, color in (("correct", True, "tab:green"), ("incorrect", False, "tab:red")):
+        values = [t.confidence for t in traces if t.correct is flag and t.confidence is not None]
+        if values:
+            ax_hist.hist(values, bins=20, range=(0, 1), alpha=0.55, color=color, label=f"{label} (n={len(values)})")
+    ax_hist.set_xlabel("tail confidence (mean of the lowest 10% token probabilities)")
+    ax_hist.set_ylabel("traces")
+    ax_hist.set_title("confidence by final-answer correctness", fontsize=10)
+    ax_hist.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
