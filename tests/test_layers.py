@@ -11,6 +11,7 @@ of printing. No project code is imported or run here.
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,10 @@ def test_the_scan_sees_each_kind_of_violation(tmp_path, monkeypatch):
     assert found["entry"] == ["procrl/bad.py:8 def main", "procrl/bad.py:10 __main__ block"]
     assert found["print"] == ["procrl/bad.py:4 print()"]
     assert found["long"] == [f"procrl/bad.py: {MAX_LINES + 11} lines"]
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """A wheel (non-editable install) ships only the packages pyproject lists: a new package folder must be there."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module_of_file(init) for folder in FOLDERS for init in (ROOT / folder).rglob("__init__.py")}
+    assert found - listed == set(), f"add to [tool.setuptools] packages in pyproject.toml: {sorted(found - listed)}"
