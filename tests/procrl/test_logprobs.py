@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from torch import nn
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from procrl.logprobs import sequence_logps
 
@@ -45,8 +46,6 @@ def test_constant_added_to_every_logit_changes_nothing():
 
 
 def _tiny_gpt2():
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=64, n_positions=64, n_embd=32, n_layer=2, n_head=4)
     return GPT2LMHeadModel(config).eval()

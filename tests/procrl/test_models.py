@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from procrl import models
 
@@ -31,9 +33,6 @@ def test_converted_default_model_is_a_plain_dense_checkpoint(default_model_path)
 
 @pytest.mark.slow
 def test_conversion_into_an_empty_cache_gives_a_trainable_model(tmp_path, monkeypatch):
-    import torch
-    from transformers import AutoModelForCausalLM
-
     monkeypatch.setenv("PROCRL_CACHE", str(tmp_path))
     path = models.prepare_default_model()
     assert path == tmp_path / "models" / models.CONVERTED_NAME
