@@ -16,8 +16,14 @@ import statistics
 import tempfile
 import time
 
-os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-os.environ.setdefault("WANDB_MODE", "disabled")
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from procrl.data_builders.datasets import load_math_dataset
+from procrl.models import resolve_model
+from procrl.rewards.outcome import outcome_reward
+from procrl.rewards.picsar import get_picsar_bonus
+from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
 
 
 class Timed:
@@ -40,15 +46,6 @@ class Timed:
 
 
 def build(arm: str, args, out_dir: str):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-
-    from procrl.data_builders.datasets import load_math_dataset
-    from procrl.models import resolve_model
-    from procrl.rewards.outcome import outcome_reward
-    from procrl.rewards.picsar import get_picsar_bonus
-    from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
-
     path = resolve_model("default")
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
@@ -102,19 +99,23 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reverse", action="store_true", help="run the outcome+picsar arm first (order check)")
     args = parser.parse_args()
-    import torch
-
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # read when the trainer is built
+    os.environ.setdefault("WANDB_MODE", "disabled")
     arms = ("outcome", "outcome+picsar")
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for arm in reversed(arms) if args.reverse else arms:  # each arm trains in its own Trainer; the same seed gives the same prompts and samples
+        for arm in (
+            reversed(arms) if args.reverse else arms
+        ):  # each arm trains in its own Trainer; the same seed gives the same prompts and samples
             torch.manual_seed(args.seed)
             trainer, timer, funcs = build(arm, args, os.path.join(tmp, arm.replace("+", "_")))
             trainer.train()
             results[arm] = (timer.times, funcs)
 
-    print(f"\nGRPO step time, default model, 1 prompt x 8 completions x {args.max_completion_length} tokens, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"\nGRPO step time, default model, 1 prompt x 8 completions x {args.max_completion_length} tokens, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     medians = {}
     for arm in arms:
         times, funcs = results[arm]

@@ -1,8 +1,8 @@
 """Greedy evaluation of a policy on math problems: accuracy with a 95% interval, rewards, length, wall time.
 
-Used before and after GRPO training by `train_grpo.py`. Generation goes through the same
-`generate_completions` as the training rollout (left padding, KV cache, cut after the first EOS), with sampling
-off, so the raw per-token log-probs the reward functions need (`completion_logps`) come for free.
+Used before and after GRPO training by `train_grpo.py` (`procrl.scripts.train_grpo`). Generation goes through
+the same `generate_completions` as the training rollout (left padding, KV cache, cut after the first EOS), with
+sampling off, so the raw per-token log-probs the reward functions need (`completion_logps`) come for free.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
+from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from procrl.trainers.rollout import eos_token_ids, generate_completions, render_prompts
+from procrl.generation import eos_token_ids, generate_completions, render_prompts
 from procrl.utils import check_reward_length, get_logger
 
 logger = get_logger(__name__)
@@ -100,8 +101,6 @@ def evaluate(
         ValueError: a reward function returns the wrong number of values (named in the message), or the
             weights do not match the reward functions.
     """
-    from tqdm.auto import tqdm
-
     weights = list(reward_weights) if reward_weights is not None else [1.0] * len(reward_funcs)
     if len(weights) != len(reward_funcs):
         raise ValueError(f"{len(weights)} reward_weights for {len(reward_funcs)} reward functions")
@@ -125,9 +124,7 @@ def evaluate(
             rows = dataset[lo : lo + batch_size]
             prompts = rows["prompt"]
             prompt_ids = render_prompts(tokenizer, prompts, chat_template_kwargs)
-            out = generate_completions(
-                model, prompt_ids, config, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_ids
-            )
+            out = generate_completions(model, prompt_ids, config, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_ids)
             completions = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
             columns = {k: v for k, v in rows.items() if k not in ("prompt", "completion", "completion_ids")}
             kwargs = dict(columns, completion_logps=out.completion_logps)

@@ -20,21 +20,27 @@ What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
   times `process_alpha`. The step scorer is never one of TRL's `reward_funcs`, so it is not also counted in the
   scalar reward; `reward_funcs` still give TRL's `reward` metrics (and, in mixed mode, the outcome advantage).
   Metrics: `process/not_applicable`, `process/steps_per_completion`, `process/step_reward_mean`,
-  `process/unscored_steps`.
+  `process/unscored_steps`, and the per-token advantages that reach the loss, over the completion tokens of all
+  ranks: `process/advantage_mean`, `process/advantage_std` (sample std), `process/advantage_min`,
+  `process/advantage_max`. TRL's completions table keeps TRL's own (outcome) advantage per completion.
   The process part always normalises per group (scale_rewards does not apply to it). With one outcome step per
   completion it equals TRL's outcome advantage under `multi_objective_aggregation: sum_then_normalize`; procrl's
   default `normalize_then_sum` also standardises TRL's summed advantage over the whole batch (:2798-2799), so there
   the two differ by that batch-wide affine map.
 
-Two private overrides, with TRL pinned to 1.16.* (line numbers of trl/trainer/grpo_trainer.py in TRL 1.16.0):
+Two private overrides, with TRL pinned to 1.16.* (line numbers of trl/trainer/grpo_trainer.py in TRL 1.16.0;
+`import procrl.trainers` refuses another TRL minor version):
 - `_calculate_rewards` (:1579, called once per generation batch from `_generate_and_score_completions` at :2753)
-  computes the metrics above and the step rewards, where the prompts, completion texts and sampled ids of this
-  rank are at hand; it gathers across ranks like TRL does (:1681).
-- `_generate_and_score_completions` (:2324) calls TRL's and, in process/mixed mode, replaces its `advantages`
-  (B,) (:2818, :2903) with the (B, T) tensor aligned with `completion_mask` (right-padded completion ids,
-  :2454-2463); TRL's loss accepts (B, T) advantages (:3055-3059).
+  computes the metrics above and runs the step scorer, where the prompts, completion texts and sampled ids of this
+  rank are at hand; it gathers across ranks like TRL does (:1681). Each completion's step rewards travel with its
+  row of the batch (`inputs[i][STEP_REWARDS_KEY]`), as TRL merges the rollout's extra fields into the rows
+  (:2741-2747); no trainer attribute carries them between the two methods.
+- `_generate_and_score_completions` (:2324) calls TRL's and, in process/mixed mode, takes the step rewards out of
+  the rows, gathers them and replaces TRL's `advantages` (B,) (:2818, :2903) with the (B, T) tensor aligned with
+  `completion_mask` (right-padded completion ids, :2454-2463); TRL's loss accepts (B, T) advantages (:3055-3059).
 Tests `tests/trainers/test_grpo.py::test_calculate_rewards_override_is_called` and
-`tests/trainers/test_advantages.py::test_generate_and_score_override_is_called` fail if TRL stops calling them.
+`tests/trainers/test_advantages.py::test_generate_and_score_override_is_called` spy on the two methods and fail if
+TRL stops calling them.
 """
 
 from __future__ import annotations
@@ -42,11 +48,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
 from procrl.rewards.outcome import outcome_reward
+from procrl.step_rewards import StepRewards
 from procrl.trainers.advantages import check_step_rewards, normalize_step_rewards, pad_step_rewards, token_advantages
 from procrl.trainers.rollout import ProcessRollout
 from procrl.utils import get_logger
@@ -55,6 +63,16 @@ logger = get_logger(__name__)
 
 
 ADVANTAGE_MODES = ("outcome", "process", "mixed")
+# The row key under which `_calculate_rewards` leaves each completion's step rewards for
+# `_generate_and_score_completions` (process/mixed mode), next to the fields TRL merged into the row.
+STEP_REWARDS_KEY = "procrl_step_rewards"
+
+
+class RowSteps(NamedTuple):
+    """One completion's step scorer output and its length in sampled tokens (its advantage row's extent)."""
+
+    step_rewards: StepRewards | None
+    num_tokens: int
 
 
 @dataclass
@@ -157,22 +175,20 @@ class ProcessGRPOTrainer(GRPOTrainer):
         super().__init__(*args, rollout_func=rollout_func, **kwargs)
         self.outcome_func = outcome_func
         self.step_reward_func = step_reward_func
-        self.calculate_rewards_calls = 0  # read by the tests that guard the private overrides
-        self.generate_and_score_calls = 0
-        self._step_batch = None  # (gathered step rewards (N, S), local step ends (B, S), local lengths (B,))
         if step_reward_func is not None and self.args.scale_rewards != "group":
             logger.warning(
                 "scale_rewards=%r applies to the outcome advantage only; process advantages always divide by the "
                 "group's step-reward std (DESIGN §4).",
                 self.args.scale_rewards,
             )
+        # The one place the policy meets the rewards that need it (PiCSAR's answer term, the PUM step scorer's
+        # tokenizer); `bind_policy` keeps an explicitly given model.
         for reward_func in [*self.reward_funcs, step_reward_func]:
             if hasattr(reward_func, "bind_policy"):
                 reward_func.bind_policy(self.model, self._tokenizer)
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self.calculate_rewards_calls += 1
         # Every rank must reach the same gathers, so a failure only blanks this rank's rows (NaN), never skips them.
         try:
             local = self._local_process_stats(inputs, prompts, completions, completion_ids_list, rewards_per_func)
@@ -183,22 +199,55 @@ class ProcessGRPOTrainer(GRPOTrainer):
         gathered = self.accelerator.gather(local.to(self.accelerator.device)).cpu()
         self._log_process_metrics(gathered, rewards_per_func.cpu())
         if self.step_reward_func is not None:
-            self._step_batch = self._score_steps(inputs, prompts, completions, completion_ids_list)
+            step_rewards = self._score_steps(inputs, prompts, completions, completion_ids_list)
+            for row, steps, ids in zip(inputs, step_rewards, completion_ids_list, strict=True):
+                row[STEP_REWARDS_KEY] = RowSteps(steps, len(ids))
         return rewards_per_func
 
-    def _score_steps(self, inputs, prompts, completions, completion_ids_list):
-        """Run the step scorer on this rank's completions, gather the step rewards of all ranks, log `process/*`.
-
-        Returns (values `(N, S)` NaN-padded, all ranks in process order; ends `(B, S)` and lengths `(B,)` of this
-        rank's completions). Step counts differ between ranks, so rows are NaN-padded to the largest count first.
-        """
+    def _score_steps(self, inputs, prompts, completions, completion_ids_list) -> list[StepRewards | None]:
+        """Run the step scorer on this rank's completions with the keywords TRL gives reward functions (dataset
+        columns, rollout fields, `trainer_state`, `log_extra`, `log_metric`); checked against the sampled ids."""
         keys = [k for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")]  # as TRL (:1584)
         kwargs = {k: [x[k] for x in inputs] for k in keys}
         kwargs.update(trainer_state=self.state, log_extra=self._log_completion_extra, log_metric=self._log_metric)
         step_rewards = self.step_reward_func(
             prompts=prompts, completions=completions, completion_ids=completion_ids_list, **kwargs
         )
-        step_rewards = check_step_rewards(_func_name(self.step_reward_func), step_rewards, completion_ids_list)
+        return check_step_rewards(_func_name(self.step_reward_func), step_rewards, completion_ids_list)
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.advantage_mode == "outcome":
+            return output
+        rows = [row.pop(STEP_REWARDS_KEY, None) for row in inputs]
+        if any(row is None for row in rows):
+            raise RuntimeError(
+                "No step rewards for this batch: TRL did not call _calculate_rewards from "
+                "_generate_and_score_completions (procrl supports trl==1.16.*)."
+            )
+        mode = "train" if self.model.training else "eval"
+        lengths = torch.tensor([row.num_tokens for row in rows], dtype=torch.long)  # (B,)
+        all_values, ends = self._gather_step_rewards([row.step_rewards for row in rows], mode)
+        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
+        normalized = normalize_step_rewards(all_values, num_generations)  # (N, S), all ranks
+        start = self.accelerator.process_index * len(lengths)
+        local = normalized[start : start + len(lengths)]  # this rank's rows, as TRL slices (:2813-2818)
+        outcome = output["advantages"]  # (B,)
+        num_tokens = output["completion_ids"].size(1)
+        advantages = token_advantages(local, ends, num_tokens).to(outcome.device)  # (B, T)
+        in_completion = torch.arange(num_tokens).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T); padding stays 0
+        if self.advantage_mode == "mixed":
+            advantages = advantages + self.process_alpha * outcome.unsqueeze(1) * in_completion.to(outcome.device)
+        output["advantages"] = advantages
+        self._log_advantage_stats(advantages, in_completion, mode)
+        return output
+
+    def _gather_step_rewards(self, step_rewards: list[StepRewards | None], mode: str):
+        """Gather the step rewards of all ranks and log `process/*` (global values, so straight into the metrics).
+
+        Returns (values `(N, S)` NaN-padded, all ranks in process order; ends `(B, S)` of this rank's completions).
+        Step counts differ between ranks, so rows are NaN-padded to the largest count first.
+        """
         device = self.accelerator.device
         local_steps = torch.tensor([max((len(s.values) for s in step_rewards if s is not None), default=0)])
         num_steps = int(self.accelerator.gather(local_steps.to(device)).max())
@@ -207,57 +256,42 @@ class ProcessGRPOTrainer(GRPOTrainer):
         meta = torch.tensor([[float(s is None), 0.0 if s is None else len(s.values)] for s in step_rewards])
         gathered = self.accelerator.gather(torch.cat([meta.reshape(-1, 2), values], dim=1).to(device)).cpu()
         not_applicable, steps, all_values = gathered[:, 0].bool(), gathered[:, 1], gathered[:, 2:]
-        self._log_metric("process/not_applicable", not_applicable.float().mean().item())
+        metrics = self._metrics[mode]
+        metrics["process/not_applicable"].append(not_applicable.float().mean().item())
         if (~not_applicable).any():
-            self._log_metric("process/steps_per_completion", steps[~not_applicable].mean().item())
+            metrics["process/steps_per_completion"].append(steps[~not_applicable].mean().item())
             real = torch.arange(all_values.shape[1]).unsqueeze(0) < steps.unsqueeze(1)  # (N, S): not padding
             scored = all_values[real]
             finite = torch.isfinite(scored)
-            self._log_metric("process/unscored_steps", (~finite).float().mean().item())
+            metrics["process/unscored_steps"].append((~finite).float().mean().item())
             if finite.any():
-                self._log_metric("process/step_reward_mean", scored[finite].mean().item())
-        lengths = torch.tensor([len(ids) for ids in completion_ids_list], dtype=torch.long)
-        return all_values, ends, lengths
+                metrics["process/step_reward_mean"].append(scored[finite].mean().item())
+        return all_values, ends
 
-    def _generate_and_score_completions(self, inputs):
-        self._step_batch = None  # filled by _calculate_rewards inside TRL's method
-        output = super()._generate_and_score_completions(inputs)
-        self.generate_and_score_calls += 1
-        if self.advantage_mode == "outcome":
-            return output
-        if self._step_batch is None:
-            raise RuntimeError(
-                "No step rewards for this batch: TRL did not call _calculate_rewards from "
-                "_generate_and_score_completions (procrl supports trl==1.16.*)."
-            )
-        all_values, ends, lengths = self._step_batch
-        self._step_batch = None
-        mode = "train" if self.model.training else "eval"
-        num_generations = self.num_generations if mode == "train" else self.num_generations_eval
-        normalized = normalize_step_rewards(all_values, num_generations)  # (N, S), all ranks
-        start = self.accelerator.process_index * len(lengths)
-        local = normalized[start : start + len(lengths)]  # this rank's rows, as TRL slices (:2813-2818)
-        outcome = output["advantages"]  # (B,)
-        num_tokens = output["completion_ids"].size(1)
-        advantages = token_advantages(local, ends, num_tokens).to(outcome.device)  # (B, T)
-        if self.advantage_mode == "mixed":
-            in_completion = torch.arange(num_tokens).unsqueeze(0) < lengths.unsqueeze(1)  # (B, T); padding stays 0
-            advantages = advantages + self.process_alpha * outcome.unsqueeze(1) * in_completion.to(outcome.device)
-        output["advantages"] = advantages
-        self._replace_logged_advantages(normalized.sum(dim=1))
-        return output
-
-    def _replace_logged_advantages(self, first_token: torch.Tensor) -> None:
-        """The completions table logs one advantage per completion; TRL just appended its outcome advantages
-        for the whole gathered batch (:2837). Replace them with the advantage of each completion's first token
-        (the sum of its normalised step rewards, plus α × outcome in mixed mode)."""
-        logged = self._logs["advantages"]
-        n = min(len(first_token), len(logged))
-        outcome = [logged.pop() for _ in range(n)][::-1]
-        new = first_token[len(first_token) - n :].tolist()
-        if self.advantage_mode == "mixed":
-            new = [p + self.process_alpha * o for p, o in zip(new, outcome, strict=True)]
-        logged.extend(new)
+    def _log_advantage_stats(self, advantages: torch.Tensor, in_completion: torch.Tensor, mode: str) -> None:
+        """`process/advantage_{mean,std,min,max}` over the completion tokens `(B, T)` mask of all ranks."""
+        tokens = advantages.detach()[in_completion.to(advantages.device)].float()
+        empty = tokens.numel() == 0
+        local = torch.stack(
+            [
+                torch.tensor(float(tokens.numel())),
+                tokens.sum().cpu(),
+                (tokens * tokens).sum().cpu(),
+                torch.tensor(math.inf) if empty else tokens.min().cpu(),
+                torch.tensor(-math.inf) if empty else tokens.max().cpu(),
+            ]
+        )
+        stats = self.accelerator.gather(local.unsqueeze(0).to(self.accelerator.device)).cpu().double()  # (ranks, 5)
+        count, total, squares = (float(v) for v in stats[:, :3].sum(dim=0))
+        if count == 0:
+            return
+        mean = total / count
+        metrics = self._metrics[mode]
+        metrics["process/advantage_mean"].append(mean)
+        if count > 1:
+            metrics["process/advantage_std"].append(math.sqrt(max(0.0, (squares - total * mean) / (count - 1))))
+        metrics["process/advantage_min"].append(float(stats[:, 3].min()))
+        metrics["process/advantage_max"].append(float(stats[:, 4].max()))
 
     def _local_process_stats(self, inputs, prompts, completions, completion_ids_list, rewards_per_func):
         """`(B_local, 3)`: correctness (1/0/NaN), completion length in tokens, truncated (1/0)."""

@@ -20,6 +20,8 @@ applied to the loss.
 
 from __future__ import annotations
 
+from trl.models import unwrap_model_for_generation
+
 from procrl.deprecation import moved_names
 from procrl.generation import generate_completions, render_prompts
 from procrl.utils import get_logger
@@ -77,8 +79,6 @@ class ProcessRollout:
         tokenizer = trainer.processing_class
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
         prompt_ids = render_prompts(tokenizer, prompts, getattr(trainer, "chat_template_kwargs", None))
-        from trl.models import unwrap_model_for_generation
-
         with unwrap_model_for_generation(
             trainer.model_wrapped,
             trainer.accelerator,

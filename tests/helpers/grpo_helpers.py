@@ -1,14 +1,14 @@
-"""The small GRPO settings the trainer tests share (importable: pyproject adds tests/helpers to pytest's
-pythonpath)."""
+"""The small GRPO settings the trainer tests share, and a spy on trainer methods (importable: pyproject adds
+tests/helpers to pytest's pythonpath)."""
 
 from __future__ import annotations
+
+from procrl.trainers.grpo import ProcessGRPOConfig
 
 
 def grpo_config(output_dir, **overrides):
     """A `ProcessGRPOConfig` for one CPU step of a tiny model: 4 completions of at most 8 tokens per prompt,
     batch 4, no KL term, no saving or reporting, seed 0. `overrides` replace any field."""
-    from procrl.trainers.grpo import ProcessGRPOConfig
-
     values = dict(
         output_dir=str(output_dir),
         per_device_train_batch_size=4,
@@ -25,3 +25,16 @@ def grpo_config(output_dir, **overrides):
     )
     values.update(overrides)
     return ProcessGRPOConfig(**values)
+
+
+def spy(trainer, method: str) -> list:
+    """Wrap `trainer.<method>` (the bound method: procrl's override) in a recorder that TRL's own calls go through;
+    returns the list of the calls' positional arguments. The tests that guard the private overrides use it."""
+    calls, original = [], getattr(trainer, method)
+
+    def recorded(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    setattr(trainer, method, recorded)
+    return calls

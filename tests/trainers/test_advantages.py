@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from grpo_helpers import grpo_config
+from grpo_helpers import grpo_config, spy
 
+from procrl.generation import render_prompts
 from procrl.rewards.outcome import extract_answer, outcome_reward
 from procrl.rewards.steps import token_steps
 from procrl.trainers.advantages import (
@@ -29,8 +30,7 @@ from procrl.trainers.advantages import (
     process_advantages,
     token_advantages,
 )
-from procrl.trainers.grpo import ProcessGRPOTrainer
-from procrl.trainers.rollout import render_prompts
+from procrl.trainers.grpo import STEP_REWARDS_KEY, ProcessGRPOTrainer
 from procrl.utils import completion_to_text
 
 NAN = math.nan
@@ -360,9 +360,19 @@ def test_process_and_mixed_advantages_on_the_trainer_path(tmp_path, tiny_llama, 
         assert metrics["process/not_applicable"] == [0.0]
         assert metrics["process/steps_per_completion"] == pytest.approx([13 / 8])
         assert metrics["process/unscored_steps"] == [0.0]
-    # the completions table logs each completion's first-token advantage
-    assert list(process._logs["advantages"]) == pytest.approx(want[:, 0].tolist(), abs=1e-5)
-    assert list(mixed._logs["advantages"]) == pytest.approx(mixed_want[:, 0].tolist(), abs=1e-5)
+    # the per-token advantages that reach the loss are logged under procrl's keys, over the completion tokens;
+    # TRL's completions table keeps TRL's own (outcome) advantage per completion, untouched
+    for trainer, expected in ((process, want), (mixed, mixed_want)):
+        metrics, tokens = trainer._metrics["train"], expected[mask]
+        assert metrics["process/advantage_mean"] == pytest.approx([tokens.mean().item()], abs=1e-5)
+        assert metrics["process/advantage_std"] == pytest.approx([tokens.std().item()], abs=1e-5)
+        assert metrics["process/advantage_min"] == pytest.approx([tokens.min().item()], abs=1e-5)
+        assert metrics["process/advantage_max"] == pytest.approx([tokens.max().item()], abs=1e-5)
+        assert list(trainer._logs["advantages"]) == pytest.approx(out_o["advantages"].tolist(), abs=1e-5)
+    # the step rewards travelled with the batch rows and were taken out again
+    inputs = _inputs()
+    process._generate_and_score_completions(inputs)
+    assert not any(STEP_REWARDS_KEY in row for row in inputs)
 
 
 @pytest.mark.slow  # trains
@@ -373,6 +383,7 @@ def test_generate_and_score_override_is_called(tmp_path, tiny_llama, tokenizer):
     trainer = _trainer(
         tmp_path, tiny_llama, tokenizer, [outcome_reward], StepCharRewards(tokenizer), advantage_mode="mixed"
     )
+    generate_calls, reward_calls = spy(trainer, "_generate_and_score_completions"), spy(trainer, "_calculate_rewards")
     seen = []
     original = trainer._compute_loss
 
@@ -383,13 +394,14 @@ def test_generate_and_score_override_is_called(tmp_path, tiny_llama, tokenizer):
     trainer._compute_loss = compute_loss
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
-    assert trainer.generate_and_score_calls == 1
-    assert trainer.calculate_rewards_calls == 1
+    assert len(generate_calls) == 1
+    assert len(reward_calls) == 1
     assert len(seen) == 1 and len(seen[0]) == 2 and seen[0][0] == 8  # (B, T) reached the loss
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
     logs = trainer.state.log_history[0]
     for key in ("process/not_applicable", "process/steps_per_completion", "process/step_reward_mean"):
         assert key in logs, key
+    assert "process/advantage_mean" in logs
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -5,13 +5,15 @@ import math
 import pytest
 import torch
 from datasets import Dataset
-from grpo_helpers import grpo_config
+from grpo_helpers import grpo_config, spy
 
+from procrl.generation import render_prompts
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.rewards.picsar import get_picsar_bonus
+from procrl.trainers import PINNED_TRL, check_trl_version
 from procrl.trainers.grpo import ProcessGRPOTrainer, pearson
-from procrl.trainers.rollout import ProcessRollout, render_prompts
+from procrl.trainers.rollout import ProcessRollout
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
 
@@ -71,7 +73,7 @@ def test_training_step_updates_parameters_and_logs_metrics(tmp_path, tiny_llama,
 
 @pytest.mark.slow  # trains
 def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
-    """Guards the one private override: fails if TRL (pinned 1.16.*) stops calling `_calculate_rewards`."""
+    """Guards the private override: fails if TRL (pinned 1.16.*) stops calling `_calculate_rewards`."""
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward],
@@ -79,9 +81,22 @@ def test_calculate_rewards_override_is_called(tmp_path, tiny_llama, tokenizer):
         train_dataset=_dataset(),
         processing_class=tokenizer,
     )
+    calls = spy(trainer, "_calculate_rewards")
     trainer.train()
-    assert trainer.calculate_rewards_calls == 1
+    assert len(calls) == 1
     assert "task/accuracy" in trainer.state.log_history[0]
+
+
+def test_another_trl_minor_version_is_refused_at_import_with_the_fix():
+    check_trl_version(f"{PINNED_TRL}.0")  # the installed, pinned one passes (import procrl.trainers ran it too)
+    check_trl_version(f"{PINNED_TRL}.3.dev0")
+    for installed in ("1.17.0", "1.15.2", "2.16.0", None):
+        with pytest.raises(ImportError) as info:
+            check_trl_version(installed)
+        message = str(info.value)
+        assert (installed or "TRL is not installed") in message  # the installed version ...
+        assert f"TRL {PINNED_TRL}.*" in message  # ... the pinned one ...
+        assert f'pip install "trl=={PINNED_TRL}.*"' in message  # ... and the fix
 
 
 @pytest.mark.slow  # trains
