@@ -1,6 +1,6 @@
-"""StepGap GRPO wiring (`task: search`, procrl.stepgap_grpo), its configs and launch/grpo_stepgap.sh.
+"""StepGap GRPO wiring (`task: search`, procrl.trainers.tasks.search), its configs and launch/grpo_stepgap.sh.
 
-The training test runs `procrl.train_grpo` for one step on a tiny random Llama with a scripted policy (it searches
+The training test runs `procrl.scripts.train_grpo` for one step on a tiny random Llama with a scripted policy (it searches
 once, then answers), the builtin bm25s index, a scripted judge and a scripted NLI (no server), and checks the
 logged StepGap metrics against values computed by hand.
 """
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-import procrl.trainers.rollout as rollout_mod
-from procrl.data_builders.corpus import load_qa_questions
-from procrl.rewards.judges import Judge, JudgeResult, parse_judgement
+from procrl.data_builders.search_qa import load_qa_questions
+from procrl.generation import GenerationOutput
+from procrl.judges import Judge, JudgeResult, parse_judgement
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.reward import StepGapReward, StepGapStepRewards
-from procrl.train_grpo import cli_main, make_parser
+from procrl.scripts.train_grpo import make_rewards, parse_args, run
+from procrl.trainers.tasks.search import open_search_task
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs" / "grpo"
@@ -71,8 +72,9 @@ def fakes(monkeypatch, smollm2_tokenizer):
         finally:
             record["closed"] += 1
 
-    monkeypatch.setattr("procrl.rewards.judges.open_judge", fake_open_judge)
-    monkeypatch.setattr("procrl.rewards.stepgap.nli.make_nli", lambda spec, judge, **kw: GoldNLI(gold))
+    # patched where the search task looks them up
+    monkeypatch.setattr("procrl.trainers.tasks.search.open_judge", fake_open_judge)
+    monkeypatch.setattr("procrl.trainers.tasks.search.make_nli", lambda spec, judge, **kw: GoldNLI(gold))
 
     tok = smollm2_tokenizer
 
@@ -87,9 +89,9 @@ def fakes(monkeypatch, smollm2_tokenizer):
                 turn = f"<answer> {gold if row % 2 == 0 else 'Nobody Inparticular'} </answer>"
             outs.append(tok(turn, add_special_tokens=False)["input_ids"][: generation_config.max_new_tokens])
         logps = [[-1.0] * len(o) for o in outs]
-        return rollout_mod.GenerationOutput(outs, logps, logps)
+        return GenerationOutput(outs, logps, logps)
 
-    monkeypatch.setattr(rollout_mod, "generate_completions", fake_generate)
+    monkeypatch.setattr("procrl.trainers.search_env.generate_completions", fake_generate)  # the episodes' generation
     return record
 
 
@@ -103,7 +105,7 @@ def _argv(model_dir, out_dir, *extra):
 
 @pytest.mark.slow  # trains
 def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
-    summary = cli_main(_argv(tiny_model_dir, tmp_path / "out"))
+    summary = run(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
     assert fakes["closed"] == 1 and fakes["opened"][0][0] == "local"  # the judge was opened once and closed
     kwargs = fakes["opened"][0][1]
     assert kwargs["num_threads"] == 1 and kwargs["continuous_batching"] and kwargs["max_tokens"] == 160
@@ -135,17 +137,13 @@ def test_judge_closed_when_training_fails(tmp_path, tiny_model_dir, fakes, monke
 
     monkeypatch.setattr("procrl.trainers.grpo.ProcessGRPOTrainer.train", boom)
     with pytest.raises(RuntimeError, match="training failed"):
-        cli_main(_argv(tiny_model_dir, tmp_path / "out"))
+        run(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
     assert fakes["closed"] == 1
 
 
-def _task(argv, **overrides):
-    from procrl.stepgap_grpo import open_search_task
-
-    script_args, training_args, _ = make_parser().parse_args_and_config(args=argv)
-    for key, value in overrides.items():
-        setattr(training_args, key, value)
-    return open_search_task(script_args, training_args), training_args
+def _task(argv):
+    job = parse_args(argv)
+    return open_search_task(job.script, job.search, output_dir=job.training.output_dir), job
 
 
 @pytest.mark.parametrize(
@@ -154,39 +152,40 @@ def _task(argv, **overrides):
      ("stepgap_2wiki_smollm2_no_shaping", 0.05, False)],
 )  # fmt: skip
 def test_configs_and_controls(config, base_cc, shaping, fakes, tmp_path):
-    ctx, training_args = _task(["--config", str(CONFIGS / f"{config}.yaml"), "--output_dir", str(tmp_path)])
+    ctx, job = _task(["--config", str(CONFIGS / f"{config}.yaml"), "--output_dir", str(tmp_path)])
     with ctx as task:
-        em, stepgap = task.reward_funcs
+        em, stepgap = make_rewards(job, task).funcs
         assert em is em_reward and isinstance(stepgap, StepGapReward)
         assert stepgap.config.base_cc == base_cc and stepgap.config.shaping is shaping and stepgap.config.lam == 1.0
-        assert task.trainer_kwargs["outcome_func"] is em_reward and task.trainer_kwargs["rollout_func"].env.topk == 3
-        assert len(task.train_dataset) == 200 and training_args.reward_weights == [0.0, 1.0]
+        assert task.outcome_func is em_reward and task.rollout_func.env.topk == 3
+        assert len(task.train_dataset) == 200 and job.training.reward_weights == [0.0, 1.0]
 
 
 def test_process_mode_uses_step_rewards(fakes, tmp_path):
     argv = ["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "mixed",
             "--stepgap_lambda", "0.5"]  # fmt: skip
-    ctx, training_args = _task(argv)
+    ctx, job = _task(argv)
     with ctx as task:
-        assert task.reward_funcs == [em_reward] and training_args.reward_weights == [0.0]  # stepgap's weight dropped
-        step = task.trainer_kwargs["step_reward_func"]
+        rewards = make_rewards(job, task)
+        assert rewards.funcs == [em_reward] and job.training.reward_weights == [0.0]  # stepgap's weight dropped
+        step = rewards.step_reward_func
         assert isinstance(step, StepGapStepRewards) and step.config.lam == 0.5
 
 
 def test_bad_search_settings():
     with pytest.raises(ValueError, match="dataset_name: 2wiki_dev_sample"):
-        make_parser().parse_args_and_config(args=["--config", str(MAIN_CONFIG), "--dataset_name", "svamp"])
+        parse_args(["--config", str(MAIN_CONFIG), "--dataset_name", "svamp"])
     with pytest.raises(ValueError, match="reward_funcs: \\[em, stepgap\\]"):
-        make_parser().parse_args_and_config(args=["--config", str(MAIN_CONFIG), "--reward_funcs", "outcome", "em"])
+        parse_args(["--config", str(MAIN_CONFIG), "--reward_funcs", "outcome", "em"])
     with pytest.raises(ValueError, match="task="):
-        make_parser().parse_args_and_config(args=["--config", str(MAIN_CONFIG), "--task", "chess"])
+        parse_args(["--config", str(MAIN_CONFIG), "--task", "chess"])
 
 
-def test_process_mode_needs_stepgap(fakes, tmp_path):
-    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "process",
+def test_process_mode_needs_stepgap(tmp_path):
+    # refused when the settings are parsed, before a model, the questions or the judge load
+    with pytest.raises(ValueError, match="add it to reward_funcs"):
+        parse_args(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "process",
                     "--reward_funcs", "em", "--reward_weights", "1.0"])  # fmt: skip
-    with pytest.raises(ValueError, match="add it to reward_funcs"), ctx:
-        pass
 
 
 def _script(**env):
@@ -212,6 +211,4 @@ def test_launch_script_variables():
 
 def test_unknown_search_prompt_template_is_refused_at_parse_time(tmp_path):
     with pytest.raises(ValueError, match="search_one_shot"):
-        make_parser().parse_args_and_config(
-            args=["--config", str(MAIN_CONFIG), "--prompt_template", "search_oneshot", "--output_dir", str(tmp_path)]
-        )
+        parse_args(["--config", str(MAIN_CONFIG), "--prompt_template", "search_oneshot", "--output_dir", str(tmp_path)])

@@ -1,21 +1,22 @@
-"""`answer_extraction` in train_grpo.py: one mode per run, visible in the reward's name, refused when unknown."""
+"""`answer_extraction` in train_grpo.py (`procrl.scripts.train_grpo`): one mode per run, visible in the reward's
+name, refused when unknown."""
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from procrl.rewards.outcome import outcome_reward
-from procrl.train_grpo import GRPOScriptArguments, build_reward_funcs, make_parser
+from procrl.rewards.qa import em_reward
+from procrl.scripts.train_grpo import REWARDS, TASKS, GRPOScriptArguments, main, make_rewards, parse_args
 
 DEMO = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "svamp_smollm2_picsar.yaml"
 
 
 def _reward_names(tmp_path, *flags):
-    script_args, training_args, _ = make_parser().parse_args_and_config(
-        args=["--config", str(DEMO), "--output_dir", str(tmp_path), *flags]
-    )
-    funcs, _, _ = build_reward_funcs(script_args, training_args)
-    return script_args.answer_extraction, funcs
+    job = parse_args(["--config", str(DEMO), "--output_dir", str(tmp_path), *flags])
+    funcs, _, _ = make_rewards(job)
+    return job.script.answer_extraction, funcs
 
 
 def test_the_demo_is_strict_and_uses_the_plain_outcome_reward(tmp_path):
@@ -43,3 +44,59 @@ def test_flexible_mode_is_refused_with_task_search():
         GRPOScriptArguments(**search, answer_extraction="flexible")
     assert "answer_extraction: strict" in str(info.value)  # the message says how to fix it
     assert GRPOScriptArguments(**search).answer_extraction == "strict"  # the default is accepted
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The reward registry, the task configs and the parse-time reward weights
+# --------------------------------------------------------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((ROOT / "configs" / "grpo").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda path: path.stem)
+def test_every_shipped_config_parses(config, tmp_path):
+    job = parse_args(["--config", str(config), "--output_dir", str(tmp_path)])
+    assert job.script.task in TASKS and job.script.reward_funcs
+    assert all(name in REWARDS and REWARDS[name].task == job.script.task for name in job.script.reward_funcs)
+
+
+def test_process_mode_drops_the_step_scorer_weight_before_the_config_is_built(tmp_path):
+    config = ROOT / "configs" / "grpo" / "svamp_smollm2_pum_steps.yaml"  # reward_weights: [1.0, 1.0]
+    job = parse_args(["--config", str(config), "--output_dir", str(tmp_path), "--pum_model", str(tmp_path)])
+    assert job.script.reward_funcs == ["outcome", "pum"] and job.training.advantage_mode == "mixed"
+    assert job.training.reward_weights == [1.0]  # one per scalar reward, as TRL needs: pum is the step scorer
+    outcome = parse_args(["--config", str(config), "--output_dir", str(tmp_path), "--advantage_mode", "outcome"])
+    assert outcome.training.reward_weights == [1.0, 1.0]  # in outcome mode pum is a scalar reward, weights kept
+
+
+def test_dotted_paths_are_user_reward_functions(tmp_path):
+    for path in ("procrl.rewards.qa:em_reward", "procrl.rewards.qa.em_reward"):
+        job = parse_args(["--config", str(DEMO), "--output_dir", str(tmp_path), "--reward_funcs", "outcome", path])
+        funcs, weights, step_scorer = make_rewards(job)
+        assert funcs == [outcome_reward, em_reward] and weights == [1.0, 0.1] and step_scorer is None
+
+
+def test_reward_names_are_checked_against_the_task():
+    with pytest.raises(ValueError, match=r"task=math cannot use the search rewards \['em'\]: use task: search"):
+        GRPOScriptArguments(reward_funcs=["outcome", "em"])
+    with pytest.raises(ValueError, match="unknown reward function 'bogus': use one of"):
+        GRPOScriptArguments(reward_funcs=["outcome", "bogus"])
+
+
+def test_reward_weights_must_match_reward_funcs_at_parse_time(tmp_path):
+    with pytest.raises(ValueError, match=r"reward_weights \[1.0\] must have one weight per reward_funcs entry"):
+        parse_args(["--config", str(DEMO), "--output_dir", str(tmp_path), "--reward_weights", "1.0"])
+
+
+def test_main_reports_a_bad_setting_in_one_line(capsys):
+    assert main(["--config", str(DEMO), "--task", "chess"]) == 2
+    assert "train_grpo.py: error: task='chess' must be one of ('math', 'search')" in capsys.readouterr().err
+
+
+def test_the_task_modules_do_not_import_each_other():
+    tasks = ROOT / "trainers" / "tasks"
+    for own, other in (("math", "search"), ("search", "math")):
+        tree = ast.parse((tasks / f"{own}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert f"procrl.trainers.tasks.{other}" not in imported, f"tasks/{own}.py imports tasks/{other}.py"

@@ -1,0 +1,42 @@
+"""The two GRPO tasks of `train_grpo.py` (`procrl.scripts.train_grpo`), each a config dataclass and an opener.
+
+- math (`procrl.trainers.tasks.math`): single-turn math problems (`load_math_dataset`), the outcome check of the
+  run's `answer_extraction`, greedy before/after evaluation sets;
+- search (`procrl.trainers.tasks.search`): multi-hop QA with search episodes (`SearchEnvironment`), the StepGap
+  judge, NLI and verifier, EM as the outcome check.
+
+Their settings are `procrl.trainers.tasks.arguments.MathTaskArguments` and `SearchTaskArguments` (plain
+dataclasses, no inheritance; the common ones are `GRPOScriptArguments` of the entry point). The two task modules
+never import each other. Each opener is a context manager yielding an object with the attributes of `GRPOTask`
+and closing what it started (the local judge server) on exit. The rewards themselves come from the one registry
+at the entry point (`procrl.scripts.train_grpo.REWARDS`), built by `procrl.trainers.tasks.rewards`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+__all__ = ["GRPOTask"]
+
+
+class GRPOTask(Protocol):
+    """What the GRPO job reads from an opened task.
+
+    Attributes:
+        train_dataset: training rows (`prompt` plus the columns the rewards read).
+        eval_sets: `(label, dataset, max_new_tokens)` for the greedy before/after evaluation (empty: none).
+        outcome_func: the correctness check behind `task/accuracy` and the evaluation accuracy (TRL reward
+            signature, 1.0 / 0.0 / None per completion).
+        rollout_func: the trainer's `rollout_func`, or None for procrl's default single-turn `ProcessRollout()`.
+        frs_template: the prompt template FRS problems get, or None when FRS does not apply to the task.
+    """
+
+    train_dataset: Any
+    eval_sets: list[tuple[str, Any, int]]
+    outcome_func: Callable
+    rollout_func: Callable | None
+    frs_template: str | None
+
+    def summary(self) -> dict | None:
+        """Task-specific facts for `summary.json` (None: nothing to add)."""

@@ -1,0 +1,144 @@
+"""The settings of the two GRPO tasks, as `TrlParser` dataclasses (YAML keys of `train_grpo.py`).
+
+`MathTaskArguments` (task: math) and `SearchTaskArguments` (task: search) are parsed for every run, side by side
+with the common `GRPOScriptArguments` of `procrl.scripts.train_grpo`, `FRSArguments`, `ProcessGRPOConfig` and
+`ModelConfig`; the fields of the task a run does not use are ignored. Each validates only its own fields; checks
+that need the task or the reward names live in `GRPOScriptArguments`. This module imports nothing heavy, so the
+parser builds without loading either task.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["SEARCH_TEMPLATES", "MathTaskArguments", "SearchTaskArguments", "parse_eval_set"]
+
+SEARCH_TEMPLATES = ("search_one_shot", "one_shot", "search", "zero_shot")  # prompt_template names of task=search
+
+
+def parse_eval_set(spec: str) -> tuple[str, int, int | None, int]:
+    """'svamp:700:850:96' -> ('svamp', 700, 850, 96). `end` may be empty (all rows); tokens default to 256.
+
+    Raises:
+        ValueError: not name[:start[:end[:max_new_tokens]]], or a part that is not an integer.
+
+    >>> parse_eval_set("svamp:700:850:96"), parse_eval_set("gsm8k::10")
+    (('svamp', 700, 850, 96), ('gsm8k', 0, 10, 256))
+    """
+    parts = spec.split(":")
+    if not 1 <= len(parts) <= 4 or not parts[0]:
+        raise ValueError(f"eval set {spec!r} must look like name:start:end:max_new_tokens, e.g. svamp:700:850:96")
+    try:
+        start = int(parts[1]) if len(parts) > 1 and parts[1] else 0
+        end = int(parts[2]) if len(parts) > 2 and parts[2] else None
+        tokens = int(parts[3]) if len(parts) > 3 and parts[3] else 256
+    except ValueError as err:
+        raise ValueError(f"eval set {spec!r}: start, end and max_new_tokens must be integers") from err
+    return parts[0], start, end, tokens
+
+
+@dataclass
+class MathTaskArguments:
+    """Settings of `task: math`: non-built-in data columns and the greedy before/after evaluation."""
+
+    dataset_split: str | None = field(default=None, metadata={"help": "Split for hub/local data sets."})
+    question_column: str = field(default="question", metadata={"help": "Question column of non-built-in data."})
+    answer_column: str = field(default="answer", metadata={"help": "Gold answer column of non-built-in data."})
+    eval_sets: list[str] = field(
+        default_factory=lambda: ["svamp:700:850:96", "gsm8k:0:50:256"],
+        metadata={"help": "Evaluation sets as name:start:end:max_new_tokens (greedy), run before and after training."},
+    )
+    eval_batch_size: int = field(default=32, metadata={"help": "Prompts per generate call in evaluation."})
+    run_eval: bool = field(
+        default=True,
+        metadata={"help": "Evaluate before and after training (task=math; task=search has no such evaluation)."},
+    )
+
+    def __post_init__(self) -> None:
+        for spec in self.eval_sets:
+            parse_eval_set(spec)
+        if self.eval_batch_size < 1:
+            raise ValueError(f"eval_batch_size must be >= 1 (e.g. eval_batch_size: 32), got {self.eval_batch_size}")
+
+
+@dataclass
+class SearchTaskArguments:
+    """Settings of `task: search` (StepGap GRPO): retriever, search episodes, judge, NLI and the StepGap reward."""
+
+    retriever: str = field(
+        default="2wiki_corpus_sample",
+        metadata={
+            "help": "task=search: where passages come from: a built-in corpus name (2wiki_corpus_sample), a JSONL "
+            "corpus of {title, text}, a saved BM25 index directory (all bm25s in this process), or the URL of a "
+            "Search-R1-style retrieval server (http://127.0.0.1:8000, POST /retrieve)."
+        },
+    )
+    search_topk: int = field(default=3, metadata={"help": "task=search: passages per search (DESIGN default 3)."})
+    search_max_turns: int = field(
+        default=4, metadata={"help": "task=search: executed searches per episode (DESIGN default 4)."}
+    )
+    judge: str = field(
+        default="local",
+        metadata={
+            "help": "task=search: the StepGap judge: 'local' (starts `transformers serve` on the default model, "
+            "stopped at the end), 'local:<model dir>', or an OpenAI-compatible URL 'http://host:port/v1[#model]'."
+        },
+    )
+    judge_model: str | None = field(default=None, metadata={"help": "task=search: model id for a judge URL."})
+    judge_max_tokens: int = field(
+        default=160, metadata={"help": "task=search: judge reply token limit (the A-C JSON needs ~100 tokens)."}
+    )
+    judge_timeout_s: float = field(default=600.0, metadata={"help": "task=search: per-request judge timeout (s)."})
+    judge_concurrency: int = field(default=4, metadata={"help": "task=search: concurrent judge requests."})
+    judge_num_threads: int = field(
+        default=1, metadata={"help": "task=search, local judge: CPU threads of the server (1 avoids thrashing)."}
+    )
+    judge_continuous_batching: bool = field(
+        default=True,
+        metadata={
+            "help": "task=search, local judge: `--continuous-batching` with JudgeServer's bounded KV cache (256 x 32 "
+            "tokens); false = one request at a time."
+        },
+    )
+    judge_cache_dir: str | None = field(
+        default=None, metadata={"help": "task=search: judge cache directory; null = <output_dir>/judge_cache."}
+    )
+    nli: str = field(
+        default="judge",
+        metadata={
+            "help": "task=search: NLI backend of stages D-E: 'judge' (the judge with an NLI prompt; offline default) "
+            "or a cross-encoder path / hub id (e.g. cross-encoder/nli-deberta-v3-large; falls back to the judge "
+            "when it cannot be loaded)."
+        },
+    )
+    stepgap_lambda: float = field(
+        default=1.0, metadata={"help": "task=search: λ in R = EM + λ Σ_i [base(τ_i) + shape(a_{i+1} | τ_i)]."}
+    )
+    stepgap_shaping: bool = field(
+        default=True, metadata={"help": "task=search: add the shaping terms; false = the shaping-off control."}
+    )
+    stepgap_zero_cc: bool = field(
+        default=False, metadata={"help": "task=search: base(CC) = 0 instead of +0.05 (the zero-CC control)."}
+    )
+    stepgap_format_penalty: float = field(
+        default=-0.10,
+        metadata={
+            "help": "task=search: base reward of a malformed step (FORMAT: unclosed or empty search, an action tag "
+            "inside or after the answer), replacing its label's base; must be <= 0."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if self.search_topk < 1 or self.search_max_turns < 0:
+            raise ValueError(
+                f"search_topk must be >= 1 and search_max_turns >= 0, got {self.search_topk}, {self.search_max_turns}"
+            )
+        if self.judge_max_tokens < 1 or self.judge_concurrency < 1 or self.judge_num_threads < 1:
+            raise ValueError("judge_max_tokens, judge_concurrency and judge_num_threads must be >= 1")
+        if not self.judge_timeout_s > 0:
+            raise ValueError(f"judge_timeout_s must be > 0, got {self.judge_timeout_s}")
+        if not math.isfinite(self.stepgap_lambda):
+            raise ValueError(f"stepgap_lambda must be a finite number, got {self.stepgap_lambda}")
+        if not (math.isfinite(self.stepgap_format_penalty) and self.stepgap_format_penalty <= 0):
+            raise ValueError(f"stepgap_format_penalty must be finite and <= 0, got {self.stepgap_format_penalty}")

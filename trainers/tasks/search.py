@@ -1,0 +1,151 @@
+"""The search task of `train_grpo.py` (`task: search`): GRPO with the StepGap reward on multi-hop QA (DESIGN §4
+"StepGap").
+
+    python train_grpo.py --config configs/grpo/stepgap_2wiki_smollm2.yaml
+    launch/grpo_stepgap.sh                                  # the same, with MODEL/JUDGE/RETRIEVER/... variables
+
+`open_search_task(script_args, search_args, output_dir=...)` is a context manager that builds everything the task
+needs and closes what it started (the local judge server) on exit, also when training fails:
+
+- questions: `procrl.data_builders.search_qa.load_qa_questions(dataset_name, start, end)` (columns `prompt`,
+  `golden_answers`, ...), prompt = `SEARCH_PROMPT` unless `prompt_template` is a custom `{question}` template,
+  after one worked search episode (`SEARCH_EXAMPLE_REPLY`) for `prompt_template: search_one_shot` (or one_shot);
+- retriever: a builtin corpus name / JSONL file / saved index directory -> `BM25Index` in this process, or an
+  http(s) URL -> `RetrieverClient` (Search-R1's `POST /retrieve`; `procrl.data_builders.search_qa.open_retriever`);
+- rollouts: `ProcessRollout(env=SearchEnvironment(retriever, topk, max_turns))` (multi-turn episodes, the
+  information tokens masked out of the loss by TRL through `env_mask`);
+- judge: `procrl.judges.open_judge(judge, ...)` ("local" starts `transformers serve` on the default model, one CPU
+  thread, bounded KV cache with continuous batching; a URL uses that server); NLI: `make_nli(nli, judge)` ("judge" =
+  the judge with an NLI prompt, else a cross-encoder), memoised by `CachedNLI`; the verifier
+  `StepGapVerifier(judge, nli)` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
+  base_cc=0 for zero-CC)`.
+
+The rewards are the entry point's (`procrl.scripts.train_grpo.REWARDS`): `em` = `procrl.rewards.qa.em_reward` (also
+the task's `outcome_func`, so `task/accuracy` is EM), `stepgap` = `StepGapReward(verifier, reward_config)`, or, with
+`advantage_mode: process | mixed`, the step scorer `StepGapStepRewards(verifier, reward_config)` (each step's
+reward on the tokens of its turn; its `reward_weights` entry is dropped). R from `stepgap` already contains EM, so
+the shipped configs weight `[em, stepgap]` with `[0.0, 1.0]`: EM is logged (`rewards/em_reward/mean`) but not
+counted twice.
+
+Logged per step (TRL's metric machinery; wandb with `report_to: [wandb]`): `stepgap/label_{NONE,CC,IE,MB,ERROR}`
+(share of labelled steps), `stepgap/searches_per_completion`, `stepgap/format_violation_frac`,
+`rewards/em_reward/mean` and `task/accuracy` (EM), `rewards/stepgap_reward/mean`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions, open_retriever
+from procrl.judges import open_judge
+from procrl.rewards.qa import em_reward
+from procrl.rewards.stepgap.nli import CachedNLI, make_nli
+from procrl.rewards.stepgap.reward import StepGapRewardConfig
+from procrl.rewards.stepgap.verifier import StepGapVerifier
+from procrl.trainers.rollout import ProcessRollout
+from procrl.trainers.search_env import SearchEnvironment
+from procrl.trainers.tasks.arguments import SearchTaskArguments
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = ["SearchTask", "open_search_task"]
+
+
+@dataclass
+class SearchTask:
+    """An opened search task (the attributes of `procrl.trainers.tasks.GRPOTask`, plus what the StepGap rewards and
+    the summary need).
+
+    Attributes:
+        train_dataset: the questions (`prompt`, `question`, `golden_answers`, `id`, `type`).
+        rollout_func: `ProcessRollout(env=SearchEnvironment(...))`.
+        verifier: the `StepGapVerifier` (judge + NLI) the `stepgap` reward and step scorer label steps with.
+        reward_config: their `StepGapRewardConfig`.
+        judge, retriever: the live objects (for the summary).
+        outcome_func: `em_reward`; no evaluation sets and no FRS for this task.
+    """
+
+    train_dataset: Any
+    rollout_func: Callable
+    verifier: Any
+    reward_config: StepGapRewardConfig
+    judge: Any
+    retriever: Any
+    outcome_func: Callable = em_reward
+    eval_sets: list[tuple[str, Any, int]] = field(default_factory=list)
+    frs_template: str | None = None
+
+    def summary(self) -> dict:
+        """Backends and judge statistics (requests, unscored, cache hits) for `summary.json`."""
+        stats = getattr(self.judge, "stats", None)
+        retriever = self.retriever
+        return {
+            "retriever": f"BM25Index({len(retriever)} passages)" if hasattr(retriever, "passages") else repr(retriever),
+            "verifier": repr(self.verifier),
+            "judge_stats": stats.as_dict() if stats is not None else None,
+        }
+
+
+@contextlib.contextmanager
+def open_search_task(script_args, search_args: SearchTaskArguments, *, output_dir: str) -> Iterator[SearchTask]:
+    """Build the StepGap search task (module docstring); the judge (and a local judge server) closes on exit.
+
+    Args:
+        script_args: `GRPOScriptArguments` with `task: search` (reads `dataset_name`, `dataset_start`,
+            `dataset_end`, `prompt_template`).
+        search_args: `SearchTaskArguments`.
+        output_dir: the run's output directory (the judge cache defaults to `<output_dir>/judge_cache`).
+
+    Raises:
+        FileNotFoundError: a retriever or question file that does not exist.
+        RuntimeError: the local judge server did not start.
+    """
+    template = script_args.prompt_template
+    # search_one_shot / one_shot: the worked search episode first; search / zero_shot: the instruction alone
+    example = template in ("search_one_shot", "one_shot")
+    template = template if "{question}" in template else SEARCH_PROMPT
+    dataset = load_qa_questions(
+        script_args.dataset_name,
+        start=script_args.dataset_start,
+        end=script_args.dataset_end,
+        template=template,
+        example=example,
+    )
+    retriever = open_retriever(search_args.retriever)
+    env = SearchEnvironment(retriever, topk=search_args.search_topk, max_turns=search_args.search_max_turns)
+
+    spec = search_args.judge
+    judge_kwargs: dict[str, Any] = {
+        "max_tokens": search_args.judge_max_tokens,
+        "timeout_s": search_args.judge_timeout_s,
+    }
+    if spec == "local" or spec.startswith("local:"):
+        judge_kwargs |= {
+            "continuous_batching": search_args.judge_continuous_batching,
+            "num_threads": search_args.judge_num_threads,
+        }
+    if search_args.judge_model:
+        judge_kwargs["model"] = search_args.judge_model
+    cache_dir = search_args.judge_cache_dir or str(Path(output_dir) / "judge_cache")
+    logger.info("task=search: %d questions, retriever %s, judge %s, nli %s", len(dataset), search_args.retriever,
+                spec, search_args.nli)  # fmt: skip
+    with open_judge(spec, cache_dir=cache_dir, max_concurrency=search_args.judge_concurrency, **judge_kwargs) as judge:
+        nli = CachedNLI(make_nli(search_args.nli, judge))
+        yield SearchTask(
+            train_dataset=dataset,
+            rollout_func=ProcessRollout(env=env),
+            verifier=StepGapVerifier(judge, nli, progress=True),
+            reward_config=StepGapRewardConfig(
+                lam=search_args.stepgap_lambda,
+                shaping=search_args.stepgap_shaping,
+                base_format=search_args.stepgap_format_penalty,
+                **({"base_cc": 0.0} if search_args.stepgap_zero_cc else {}),
+            ),
+            judge=judge,
+            retriever=retriever,
+        )
