@@ -1,13 +1,16 @@
-"""The `procrl` command.
+"""The `procrl` command: one subcommand per module of `procrl.scripts` (each `main(argv) -> int`, `--help` for its
+flags, `--config x.yaml` for a file of them).
 
 procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
                              (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
                              e.g. --max_steps 5 --eval_sets svamp:700:720:96)
+procrl train-grpo --config configs/grpo/svamp_smollm2_pum.yaml [flags]
+                             GRPO with process rewards (= python train_grpo.py ...)
 procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
                              --all also the Gemma 3 270M student of the PUM-Math builder
 procrl model path            print the converted default model's directory
 procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
-                             PUM-Math preference pairs from student rollouts (data_builders/pum_math.py)
+                             PUM-Math preference pairs from student rollouts
 procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml
                              Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
 procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
@@ -32,15 +35,28 @@ import sys
 from pathlib import Path
 
 DEMO_CONFIG = Path("configs") / "grpo" / "svamp_smollm2_picsar.yaml"
-# subcommand -> (module, function(argv) -> exit code); each parses its own flags
-PASS_THROUGH = {
-    "build-pum-data": ("procrl.data_builders.pum_math", "main"),
-    "frs": ("procrl.frs_cli", "main"),
-    "serve-retriever": ("procrl.data_builders.corpus", "main"),
-    "train-pum": ("procrl.trainers.pum_training", "main"),
-    "select": ("procrl.selection", "main_select"),
-    "beam": ("procrl.selection", "main_beam"),
-    "stepgap-eval": ("procrl.rewards.stepgap.evaluate", "main"),
+# subcommand -> (module, one-line help); the module's `main(argv) -> int` parses the rest of the command line. Each
+# is imported only when its subcommand runs, so one missing or broken command never breaks the others.
+COMMANDS = {
+    "demo": (
+        "procrl.scripts.train_grpo",
+        "run the main job (GRPO on SVAMP, outcome + PiCSAR); flags override the config",
+    ),
+    "train-grpo": ("procrl.scripts.train_grpo", "GRPO with process rewards (same flags as train_grpo.py)"),
+    "model": ("procrl.scripts.model", "the embedded default model: prepare | path"),
+    "build-pum-data": (
+        "procrl.scripts.build_pum_data",
+        "build PUM-Math pairs; flags as in configs/pum/build_gsm8k.yaml",
+    ),
+    "train-pum": ("procrl.scripts.train_pum", "train a Prefix Utility Model (same flags as train_pum.py)"),
+    "frs": ("procrl.scripts.frs", "offline FRS of a model on a benchmark (procrl frs --help)"),
+    "select": ("procrl.scripts.select", "best-of-N selection (pum, picsar, majority, random) -> accuracy table"),
+    "beam": ("procrl.scripts.beam", "PUM-guided step-level beam search -> accuracy table"),
+    "stepgap-eval": (
+        "procrl.scripts.stepgap_eval",
+        "StepGap verifier metrics (sF1, Q-F1, balanced accuracy, ablations)",
+    ),
+    "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
 }
 
 
@@ -56,78 +72,30 @@ def find_demo_config() -> Path:
     )
 
 
-def print_summary(summary: dict) -> None:
-    from procrl.reporting import format_table
-
-    train = summary["train"]
-    print()
-    print(
-        f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s"
-    )
-    print(f"rewards: {', '.join(train['reward_funcs'])} with weights {train['reward_weights']}")
-    if summary["before"] or summary["after"]:
-        print()
-        print(format_table(summary["before"], summary["after"]))
-    print()
-    for key, label in (("summary_path", "summary"), ("curves", "curves"), ("wandb_dir", "wandb run (offline)")):
-        if summary.get(key):
-            print(f"{label}: {summary[key]}")
-    print(f"total wall time: {summary['total_wall_time_s'] / 60:.1f} min")
-    if summary.get("wandb_dir"):
-        print(f"sync later with: wandb sync {summary['wandb_dir']}")
-
-
-def _demo(rest: list[str]) -> int:
-    from procrl.train_grpo import cli_main
-
-    os.environ.setdefault("WANDB_MODE", "offline")
-    os.environ.setdefault("WANDB_SILENT", "true")
-    summary = cli_main(["--config", str(find_demo_config()), *rest])
-    print_summary(summary)
-    return 0
-
-
-def _model(args: argparse.Namespace) -> int:
-    from procrl.models import default_model_dir, prepare_default_model, prepare_gemma_model
-
-    if args.action == "prepare":
-        print(prepare_default_model(force=args.force))
-        if args.all:
-            print(prepare_gemma_model(force=args.force))
-    else:
-        print(default_model_dir())
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+def make_parser() -> argparse.ArgumentParser:
+    """The dispatcher's own parser: only the subcommand (each subcommand's flags belong to its module's parser)."""
     parser = argparse.ArgumentParser(
         prog="procrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="run the main job (GRPO on SVAMP, outcome + PiCSAR); extra flags override the config")
-    model = sub.add_parser("model", help="the embedded default model")
-    model.add_argument("action", choices=["prepare", "path"])
-    model.add_argument("--force", action="store_true", help="convert again even if a converted copy exists")
-    model.add_argument("--all", action="store_true", help="also prepare the Gemma 3 270M student (PUM-Math builder)")
-    sub.add_parser("build-pum-data", help="build PUM-Math pairs; flags as in configs/pum/build_gsm8k.yaml")
-    sub.add_parser("frs", help="offline FRS of a model on a benchmark (procrl frs --help)")
-    sub.add_parser("train-pum", help="train a Prefix Utility Model (same flags as train_pum.py)")
-    sub.add_parser("select", help="best-of-N selection (pum, picsar, majority, random) -> accuracy table")
-    sub.add_parser("beam", help="PUM-guided step-level beam search -> accuracy table")
-    sub.add_parser("stepgap-eval", help="StepGap verifier metrics (sF1, Q-F1, balanced accuracy, ablations)")
-    sub.add_parser("serve-retriever", help="serve a bm25s index with the Search-R1 /retrieve API on loopback")
-    if argv and argv[0] == "demo":  # everything after `demo` belongs to the GRPO parser
-        return _demo(argv[1:])
-    if argv and argv[0] in PASS_THROUGH:  # subcommands with their own parser
-        module, function = PASS_THROUGH[argv[0]]
-        return getattr(importlib.import_module(module), function)(argv[1:])
-    args = parser.parse_args(argv)
-    if args.command == "model":
-        return _model(args)
-    parser.error(f"unknown command {args.command}")
-    return 2
+    for name, (_, help_text) in COMMANDS.items():
+        sub.add_parser(name, help=help_text, add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `procrl <subcommand> [flags]`; returns the subcommand's exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    if not argv or argv[0] not in COMMANDS:
+        make_parser().parse_args(argv)  # --help, or the usage error of an unknown subcommand (SystemExit)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "demo":  # the GRPO command with the demo config; later flags override it
+        os.environ.setdefault("WANDB_MODE", "offline")
+        os.environ.setdefault("WANDB_SILENT", "true")
+        rest = ["--config", str(find_demo_config()), *rest]
+    return importlib.import_module(COMMANDS[command][0]).main(rest)
 
 
 if __name__ == "__main__":

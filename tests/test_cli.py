@@ -1,0 +1,49 @@
+"""The `procrl` command dispatches every subcommand to its `procrl.scripts` module: `procrl <sub> --help` works for
+each, in-process (`procrl.cli.main`), and an unknown subcommand is a usage error."""
+
+from __future__ import annotations
+
+import pytest
+
+from procrl import cli
+
+SUBCOMMANDS = {
+    "demo": "procrl.scripts.train_grpo",
+    "train-grpo": "procrl.scripts.train_grpo",
+    "model": "procrl.scripts.model",
+    "build-pum-data": "procrl.scripts.build_pum_data",
+    "frs": "procrl.scripts.frs",
+    "serve-retriever": "procrl.scripts.serve_retriever",
+    "train-pum": "procrl.scripts.train_pum",
+    "select": "procrl.scripts.select",
+    "beam": "procrl.scripts.beam",
+    "stepgap-eval": "procrl.scripts.stepgap_eval",
+}
+
+
+def test_every_subcommand_goes_to_its_script_module():
+    assert {name: module for name, (module, _) in cli.COMMANDS.items()} == SUBCOMMANDS
+
+
+@pytest.mark.parametrize("subcommand", sorted(SUBCOMMANDS))
+def test_subcommand_help(subcommand, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main([subcommand, "--help"])
+    assert info.value.code == 0
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_procrl_help_lists_the_subcommands(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("argv", [[], ["chess"]])
+def test_a_missing_or_unknown_subcommand_is_a_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 2
+    assert "usage: procrl" in capsys.readouterr().err
