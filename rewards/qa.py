@@ -36,7 +36,7 @@ from procrl.utils import completion_to_text
 
 __all__ = ["GOLD_COLUMN", "em_reward", "exact_match", "gold_list", "normalize_answer"]
 
-GOLD_COLUMN = "golden_answers"  # the dataset column em_reward reads (procrl.data_builders.corpus.load_qa_questions)
+GOLD_COLUMN = "golden_answers"  # the dataset column em_reward reads (procrl.data_builders.search_qa.load_qa_questions)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = set(string.punctuation)

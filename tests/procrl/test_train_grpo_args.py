@@ -1,5 +1,5 @@
-"""`answer_extraction` in train_grpo.py (`procrl.scripts.train_grpo`): one mode per run, visible in the reward's
-name, refused when unknown."""
+"""train_grpo.py options (`procrl.scripts.train_grpo`): `answer_extraction` (one mode per run, visible in the
+reward's name, refused when unknown) and the StepGap format penalty."""
 
 import ast
 from pathlib import Path
@@ -100,3 +100,11 @@ def test_the_task_modules_do_not_import_each_other():
         tree = ast.parse((tasks / f"{own}.py").read_text())
         imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert f"procrl.trainers.tasks.{other}" not in imported, f"tasks/{own}.py imports tasks/{other}.py"
+
+
+def test_format_penalty_is_a_script_option():
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "grpo" / "stepgap_2wiki_smollm2.yaml")
+    assert parse_args(["--config", config]).search.stepgap_format_penalty == -0.10
+    assert parse_args(["--config", config, "--stepgap_format_penalty", "-0.3"]).search.stepgap_format_penalty == -0.3
+    with pytest.raises(ValueError, match="stepgap_format_penalty"):
+        parse_args(["--config", config, "--stepgap_format_penalty", "0.1"])

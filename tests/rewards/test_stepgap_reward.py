@@ -270,19 +270,3 @@ def test_step_rewards_put_format_on_the_malformed_turn():
                                                      search_trace=[trace])  # fmt: skip
     # step 0: NONE 0.20; the conclusion: FORMAT -0.10 + EM 1.0, on the tokens to the end (the trailing search too)
     assert got == StepRewards(values=[pytest.approx(0.20), pytest.approx(0.90)], boundaries=[6, 40])
-
-
-def test_format_penalty_is_a_script_option():
-    from pathlib import Path
-
-    from procrl.train_grpo import make_parser
-
-    config = str(Path(__file__).resolve().parents[2] / "configs" / "grpo" / "stepgap_2wiki_smollm2.yaml")
-    script_args, _, _ = make_parser().parse_args_and_config(args=["--config", config])
-    assert script_args.stepgap_format_penalty == -0.10
-    script_args, _, _ = make_parser().parse_args_and_config(
-        args=["--config", config, "--stepgap_format_penalty", "-0.3"]
-    )
-    assert script_args.stepgap_format_penalty == -0.3
-    with pytest.raises(ValueError, match="stepgap_format_penalty"):
-        make_parser().parse_args_and_config(args=["--config", config, "--stepgap_format_penalty", "0.1"])
