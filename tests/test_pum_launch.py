@@ -1,4 +1,4 @@
-"""PUM rewards in `train_grpo.py` (reward names pum / pum_min / pum_last, pum_model) and launch/grpo_pum.sh.
+"""PUM rewards in `train_grpo.py` (`procrl.scripts.train_grpo`; reward names pum / pum_min / pum_last, pum_model) and launch/grpo_pum.sh.
 
 A tiny random Llama stands in for the policy and a tiny random LlamaForSequenceClassification (saved with its score
 head) for the PUM; each variant runs one GRPO step in a subprocess, exactly as a user starts it.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from procrl.train_grpo import GRPOScriptArguments, build_reward_funcs, make_parser
+from procrl.scripts.train_grpo import GRPOScriptArguments, make_rewards, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs" / "grpo"
@@ -27,16 +27,17 @@ VARIANTS = {
 
 
 def _parse(config: str, *flags: str):
-    return make_parser().parse_args_and_config(args=["--config", str(CONFIGS / config), *flags])
+    return parse_args(["--config", str(CONFIGS / config), *flags])
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_configs_build_the_documented_rewards(variant, tmp_path):
+def test_configs_build_the_documented_rewards(variant, tmp_path, models):
     config, names, mode = VARIANTS[variant]
-    script_args, training_args, _ = _parse(config, "--pum_model", str(tmp_path), "--output_dir", str(tmp_path))
-    funcs, weights, step_scorer = build_reward_funcs(script_args, training_args)
+    _, pum = models  # building the pum rewards loads the PUM (a bad pum_model fails before training)
+    job = _parse(config, "--pum_model", str(pum), "--output_dir", str(tmp_path))
+    funcs, weights, step_scorer = make_rewards(job)
     assert [getattr(f, "__name__", "") for f in funcs] == names
-    assert training_args.advantage_mode == mode
+    assert job.training.advantage_mode == mode
     assert len(weights) == len(funcs)
     if variant == "outcome_anchored":
         assert weights == [1.0, 0.5]  # DESIGN §4: outcome + 0.5 U(x, y)
@@ -48,18 +49,18 @@ def test_configs_build_the_documented_rewards(variant, tmp_path):
 def test_pum_rewards_without_a_model_or_step_scorer_are_refused(tmp_path):
     with pytest.raises(ValueError, match="set pum_model"):
         GRPOScriptArguments(reward_funcs=["outcome", "pum_min"])
-    script_args, training_args, _ = _parse(
-        "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "outcome", "--reward_weights", "1.0",
-        "--output_dir", str(tmp_path),
-    )  # fmt: skip
+    # refused when the settings are parsed (reward_weights are checked against the rewards then) or, at the
+    # latest, when the rewards are built
     with pytest.raises(ValueError, match="needs a step scorer"):
-        build_reward_funcs(script_args, training_args)
-    script_args, training_args, _ = _parse(
-        "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "pum", "--reward_weights", "1.0", "--pum_model",
-        str(tmp_path), "--output_dir", str(tmp_path),
-    )  # fmt: skip
+        make_rewards(_parse(
+            "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "outcome", "--reward_weights", "1.0",
+            "--output_dir", str(tmp_path),
+        ))  # fmt: skip
     with pytest.raises(ValueError, match="scalar reward besides"):
-        build_reward_funcs(script_args, training_args)
+        make_rewards(_parse(
+            "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "pum", "--reward_weights", "1.0", "--pum_model",
+            str(tmp_path), "--output_dir", str(tmp_path),
+        ))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +118,7 @@ printf '%s\\n' "$@" > "$SHIM_OUT"
     "script, entry, env",
     [
         ("grpo_pum.sh", "train_grpo.py", {"PUM": "."}),
-        ("build_pum_math.sh", "procrl.data_builders.pum_math", {}),
+        ("build_pum_math.sh", "procrl.scripts.build_pum_data", {}),
     ],
 )
 def test_cpu_ranks_pass_flags_after_a_double_dash(script, entry, env, tmp_path):
