@@ -4,7 +4,7 @@ PUM ("From Correctness to Utility: Gain-Based Prefix Evaluation", arXiv 2606.071
 sequence-classification model with one output, U_θ(x, p), trained with Bradley-Terry on pairs of prefixes p of
 solutions to a problem x, preferring the prefix with the larger estimated gain in solve rate.
 
-Input rendering (`render_prefix`, used by `procrl.trainers.pum_training` AND by `PrefixUtilityModel`):
+Input rendering (`render_prefix`, used by `procrl.trainers.pum_data` AND by `PrefixUtilityModel`):
 
 * the chat template with one user message (the problem) and the generation prompt (`add_generation_prompt=True`),
   then the prefix's ids with NO end-of-turn token: the state a policy is in while it is still writing;
