@@ -3,10 +3,11 @@
 
 The old names keep working for one release, with a `DeprecationWarning` that names the new path:
 
-- `procrl.retrieval`: Passage, Retriever, format_passages, BM25Index, RetrieverClient, RetrieveRequest, make_app,
-  serve_retriever, free_port, RetrieverServer (`BM25Index.from_jsonl` and `procrl.retrieval.load_corpus` take
+- `procrl.retrieval`: Passage, Retriever, format_passages, RetrieverClient, RetrieveRequest, make_app,
+  serve_retriever, free_port, RetrieverServer (`procrl.retrieval.BM25Index.from_jsonl` and `load_corpus` take
   paths there);
-- `procrl.data_builders.search_qa`: load_corpus and open_index (which still accept the built-in corpus names),
+- `procrl.data_builders.search_qa`: BM25Index (now `BuiltinBM25Index`), load_corpus and open_index (which still
+  accept the built-in corpus names),
   BUILTIN_CORPORA, BUILTIN_QUESTIONS, SEARCH_PROMPT, SEARCH_EXAMPLE_QUESTION, SEARCH_EXAMPLE_REPLY, ALIAS_FIELDS,
   load_qa_questions.
 """
@@ -21,10 +22,11 @@ _SEARCH_QA = "procrl.data_builders.search_qa"
 __getattr__ = moved_names(
     __name__,
     {
+        # the old class took built-in corpus names in from_jsonl: its successor in the data_builders layer still does
+        "BM25Index": f"{_SEARCH_QA}:BuiltinBM25Index",
         "Passage": _RETRIEVAL,
         "Retriever": _RETRIEVAL,
         "format_passages": _RETRIEVAL,
-        "BM25Index": _RETRIEVAL,
         "RetrieverClient": _RETRIEVAL,
         "RetrieveRequest": _RETRIEVAL,
         "make_app": _RETRIEVAL,

@@ -25,6 +25,7 @@ from procrl.retrieval import BM25Index, Passage, Retriever, RetrieverClient, rea
 __all__ = [
     "ALIAS_FIELDS",
     "BUILTIN_CORPORA",
+    "BuiltinBM25Index",
     "BUILTIN_QUESTIONS",
     "SEARCH_EXAMPLE_QUESTION",
     "SEARCH_EXAMPLE_REPLY",
@@ -63,6 +64,16 @@ def load_corpus(name_or_path: str | Path) -> list[Passage]:
         ValueError: a line is not JSON or has no text.
     """
     return retrieval.load_corpus(data_path(name_or_path, BUILTIN_CORPORA))
+
+
+class BuiltinBM25Index(BM25Index):
+    """`procrl.retrieval.BM25Index` whose `from_jsonl` also takes a built-in corpus name (`2wiki_corpus_sample`), as
+    the old `procrl.data_builders.corpus.BM25Index` did; the deprecated path resolves to this class."""
+
+    @classmethod
+    def from_jsonl(cls, path, **kwargs) -> BuiltinBM25Index:
+        """Build from a JSONL corpus file or a built-in corpus name. Raises FileNotFoundError for neither."""
+        return super().from_jsonl(data_path(path, BUILTIN_CORPORA) if isinstance(path, str | Path) else path, **kwargs)
 
 
 def open_index(spec: str | Path) -> BM25Index:

@@ -24,7 +24,8 @@ def moved_names(old_module: str, moves: Mapping[str, str]) -> Callable[[str], An
 
     Args:
         old_module: the module that used to define the names (`__name__` of the shim).
-        moves: old attribute name -> dotted module that now defines it under the same name.
+        moves: old attribute name -> dotted module that now defines it under the same name, or
+            `"module:new_name"` when it was renamed too.
 
     Raises:
         AttributeError: (from the returned function) for a name that is neither moved nor defined.
@@ -40,12 +41,13 @@ def moved_names(old_module: str, moves: Mapping[str, str]) -> Callable[[str], An
     def __getattr__(name: str) -> Any:
         if name not in moves:
             raise AttributeError(f"module {old_module!r} has no attribute {name!r}")
-        new_module = moves[name]
+        new_module, _, new_name = moves[name].partition(":")
+        new_name = new_name or name
         warnings.warn(
-            f"{old_module}.{name} moved to {new_module}.{name}; the old path is removed in {REMOVED_IN}",
+            f"{old_module}.{name} moved to {new_module}.{new_name}; the old path is removed in {REMOVED_IN}",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(importlib.import_module(new_module), name)
+        return getattr(importlib.import_module(new_module), new_name)
 
     return __getattr__

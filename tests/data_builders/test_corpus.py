@@ -158,8 +158,15 @@ def test_old_corpus_module_warns_and_returns_the_moved_names():
     import procrl.data_builders.search_qa as search_qa
     import procrl.retrieval as retrieval
 
-    with pytest.warns(DeprecationWarning, match="procrl.retrieval.BM25Index"):
-        assert old.BM25Index is retrieval.BM25Index
+    with pytest.warns(DeprecationWarning, match="search_qa.BuiltinBM25Index"):
+        old_index = old.BM25Index
+    assert issubclass(old_index, retrieval.BM25Index)
+    # the old class took built-in corpus names; the core one takes paths only
+    assert len(old_index.from_jsonl("2wiki_corpus_sample").passages) == len(load_corpus("2wiki_corpus_sample"))
+    with pytest.raises(FileNotFoundError):
+        retrieval.BM25Index.from_jsonl("2wiki_corpus_sample")
+    with pytest.warns(DeprecationWarning, match="procrl.retrieval.Passage"):
+        assert old.Passage is retrieval.Passage
     with pytest.warns(DeprecationWarning, match="search_qa.load_qa_questions"):
         assert old.load_qa_questions is search_qa.load_qa_questions
     with pytest.warns(DeprecationWarning):
