@@ -1,8 +1,9 @@
 """The outcome reward as a TRL reward function (part of `procrl.rewards.outcome`, DESIGN §4 "Outcome"): 1.0 when
 the final answer matches the gold answer, 0.0 otherwise, None when the gold answer cannot be parsed.
 
-Correctness metrics share the trainer's ``task/`` namespace (`procrl.trainers.grpo` logs ``task/accuracy`` and
-``task/unparseable_gold``): the reward logs ``task/unparseable_gold`` and ``task/no_answer_<mode>``.
+Correctness metrics share the trainer's ``task/`` namespace: `procrl.trainers.grpo` logs ``task/accuracy`` and
+``task/unparseable_gold`` (over all ranks, with or without an outcome reward among the reward functions), the reward
+logs ``task/no_answer_<mode>``; each key has one producer.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from procrl.utils import check_reward_length, completion_to_text
 
 __all__ = ["OutcomeReward", "get_outcome_reward", "outcome_reward"]
 
-_UNPARSEABLE_METRIC = "task/unparseable_gold"
 _NO_ANSWER_METRIC = "task/no_answer_{mode}"  # one key per extraction mode: modes never mix in one metric
 
 
@@ -56,7 +56,6 @@ def _outcome_rewards(
             rewards.append(1.0 if _answer_matches(value, extracted, timeout_s) else 0.0)
     log_metric = kwargs.get("log_metric")
     if callable(log_metric) and rewards:
-        log_metric(_UNPARSEABLE_METRIC, sum(reward is None for reward in rewards) / len(rewards))
         log_metric(_NO_ANSWER_METRIC.format(mode=answer_extraction), no_answer / len(rewards))
     return check_reward_length(name, rewards, len(completions))
 
@@ -74,10 +73,11 @@ def outcome_reward(
     "strict"``: a box, "The answer is ..." or "#### ..."); ``get_outcome_reward("flexible")`` is the lenient one.
 
     ``answer`` is the dataset's gold column, one string per completion (TRL repeats it per generation).
-    When TRL passes ``log_metric``, two fractions of this batch's completions are logged:
-    ``task/unparseable_gold`` (gold cannot be parsed) and ``task/no_answer_strict`` (no answer could be
-    extracted). Each check is limited to ``DEFAULT_TIMEOUT_S`` seconds (a timeout is 0.0) and works from any
-    thread. Raises ValueError when ``answer`` is missing or its length differs from the number of completions.
+    When TRL passes ``log_metric``, the fraction of this batch's completions without an extractable answer is
+    logged as ``task/no_answer_strict`` (unparseable golds are counted by `ProcessGRPOTrainer` in
+    ``task/unparseable_gold``). Each check is limited to ``DEFAULT_TIMEOUT_S`` seconds (a timeout is 0.0) and works
+    from any thread. Raises ValueError when ``answer`` is missing or its length differs from the number of
+    completions.
 
     >>> outcome_reward(completions=[r"\\boxed{4}", "The answer is 5", "no idea"], answer=["4", "4", "4"])
     [1.0, 0.0, 0.0]

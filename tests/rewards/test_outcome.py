@@ -548,7 +548,7 @@ def test_no_answer_metric_names_the_mode():
         assert (
             func(completions=completions, answer=answer, log_metric=lambda k, v, c=calls: c.append((k, v))) == rewards
         )
-        assert calls == [("task/unparseable_gold", 0.0), (f"task/no_answer_{mode}", pytest.approx(no_answer))]
+        assert calls == [(f"task/no_answer_{mode}", pytest.approx(no_answer))]
 
 
 def test_strings_and_message_lists_in_one_batch():
@@ -566,8 +566,9 @@ def test_unparseable_gold_metric():
         log_extra=lambda *args: None,
     )
     assert rewards == [1.0, None, 1.0, None]
-    # 2 of 4 golds cannot be parsed; 1 of 4 completions ("x") has no answer
-    assert calls == [("task/unparseable_gold", 0.5), ("task/no_answer_strict", 0.25)]
+    # 2 of 4 golds cannot be parsed (None; the trainer's task/unparseable_gold counts them); 1 of 4 completions ("x")
+    # has no answer
+    assert calls == [("task/no_answer_strict", 0.25)]
 
 
 def test_no_metric_without_log_metric():
