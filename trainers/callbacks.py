@@ -1,6 +1,6 @@
 """FRS in `train_grpo.py`: the `frs_*` config fields (`FRSArguments`), one call that builds and attaches the
-`FRSCallback` after the trainer is built (`add_frs_callback`), and the judge keywords for a reply budget and a
-request timeout (`judge_options`, also used by `procrl frs`).
+`FRSCallback` after the trainer is built (`add_frs_callback`). `judge_options` (the judge keywords for a reply
+budget and a request timeout) is `procrl.judges.judge_options`, re-exported here.
 
     trainer = ProcessGRPOTrainer(...)
     add_frs_callback(frs_args, trainer, prompt_template)   # None when frs_every_n_steps is 0
@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset
 from procrl.deprecation import moved_names
+from procrl.judges import judge_options
 from procrl.rewards.frs import FRSConfig
 from procrl.trainers import frs_callback
 
@@ -98,25 +98,6 @@ def add_frs_callback(frs_args: FRSArguments, trainer, prompt_template=None) -> f
             ),
         },
     )
-
-
-def judge_options(spec: str, *, max_tokens: int, timeout_s: float) -> dict[str, Any]:
-    """`open_judge` keywords for a reply budget and a request timeout, named as the spec's client names them.
-
-    The in-process judge ("transformers:...") takes `max_new_tokens` and has no timeout; the server clients take
-    `max_tokens` and `timeout_s`. The timeout must cover queueing: `transformers serve` without continuous
-    batching generates one request at a time, so with 8 requests in flight the last one waits for seven others
-    (measured here: ~10-15 s per FRS request on a loaded 2-core CPU, so the client's 60 s default timed out and
-    its retries piled up in the server's queue).
-
-    >>> judge_options("local", max_tokens=96, timeout_s=600)
-    {'max_tokens': 96, 'timeout_s': 600}
-    >>> judge_options("transformers:default", max_tokens=96, timeout_s=600)
-    {'max_new_tokens': 96}
-    """
-    if spec.startswith("transformers:"):
-        return {"max_new_tokens": max_tokens}
-    return {"max_tokens": max_tokens, "timeout_s": timeout_s}
 
 
 # The callback and its trace sampler moved to their own modules (same layer); the old paths keep working for one

@@ -29,10 +29,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from procrl.data_builders.datasets import load_math_dataset, resolve_template
 from procrl.generation import eos_token_ids
-from procrl.judges import open_judge
+from procrl.judges import judge_options, open_judge
 from procrl.models import resolve_model
 from procrl.rewards.frs import FRSConfig, compute_frs
-from procrl.trainers.callbacks import judge_options
 from procrl.trainers.frs_traces import generate_traces_resumable
 from procrl.utils import json_safe
 

@@ -24,7 +24,8 @@ Backends:
 The modules, by job: `parse` (the first JSON object of a reply, validated against the schema), `cache` (one JSON
 file per validated judgement, keyed by `request_cache_key`), `base` (`JudgeResult`, `JudgeStats`, the `Judge`
 interface), `client`, `local`, `server` (the backends above) and `spec` (`open_judge`, one entry point for
-commands). Until procrl 0.3, `procrl.rewards.judges` re-exports these names with a `DeprecationWarning`.
+commands, and `judge_options`, the keywords a command's judge settings become). Until procrl 0.3,
+`procrl.rewards.judges` re-exports these names with a `DeprecationWarning`.
 """
 
 from procrl.judges.base import Judge, JudgeResult, JudgeStats
@@ -33,7 +34,7 @@ from procrl.judges.client import DEFAULT_API_KEY_ENV, OpenAICompatibleJudge, lis
 from procrl.judges.local import TransformersJudge
 from procrl.judges.parse import extract_json_object, parse_judgement
 from procrl.judges.server import JudgeServer
-from procrl.judges.spec import open_judge
+from procrl.judges.spec import judge_options, open_judge
 
 __all__ = [
     "JudgeResult",
@@ -43,6 +44,7 @@ __all__ = [
     "TransformersJudge",
     "JudgeServer",
     "open_judge",
+    "judge_options",
     "request_cache_key",
     "extract_json_object",
     "parse_judgement",

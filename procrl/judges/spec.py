@@ -2,6 +2,8 @@
 
 "http(s)://host:port/v1[#model]" is an `OpenAICompatibleJudge`, "local[:<model>]" a `JudgeServer` with an
 `OpenAICompatibleJudge` in front of it, "transformers:<model>" a `TransformersJudge` in this process.
+`judge_options(spec, max_tokens=..., timeout_s=...)` names a command's judge settings (reply budget, request timeout,
+model id, local server settings) as that spec's judge takes them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from procrl.judges.client import DEFAULT_API_KEY_ENV, OpenAICompatibleJudge, lis
 from procrl.judges.local import TransformersJudge
 from procrl.judges.server import JudgeServer
 
-__all__ = ["open_judge"]
+__all__ = ["judge_options", "open_judge"]
 
 
 _SERVER_KWARGS = (
@@ -31,6 +33,53 @@ _SERVER_KWARGS = (
     "cb_num_blocks",
     "cb_block_size",
 )
+
+
+def judge_options(
+    spec: str,
+    *,
+    max_tokens: int,
+    timeout_s: float,
+    model: str | None = None,
+    continuous_batching: bool | None = None,
+    num_threads: int | None = None,
+) -> dict[str, Any]:
+    """`open_judge` keywords for a reply budget and a request timeout, named as the spec's client names them.
+
+    The in-process judge ("transformers:...") takes `max_new_tokens` and has no timeout (its model is named in the
+    spec, so `model` and the server settings are not passed); the server clients take `max_tokens` and `timeout_s`.
+    The timeout must cover queueing: `transformers serve` without continuous batching generates one request at a
+    time, so with 8 requests in flight the last one waits for seven others (measured here: ~10-15 s per FRS request
+    on a loaded 2-core CPU, so the client's 60 s default timed out and its retries piled up in the server's queue).
+
+    Args:
+        spec: the judge spec of `open_judge`.
+        max_tokens: token budget of one judge reply.
+        timeout_s: seconds one request may take (server judges).
+        model: the model id of a judge URL (`--judge-model`); passed when given (not for "transformers:...").
+        continuous_batching, num_threads: `JudgeServer` settings, passed for "local" / "local:<model>" specs when
+            not None.
+
+    >>> judge_options("local", max_tokens=96, timeout_s=600)
+    {'max_tokens': 96, 'timeout_s': 600}
+    >>> judge_options("transformers:default", max_tokens=96, timeout_s=600)
+    {'max_new_tokens': 96}
+    >>> judge_options("local:m", max_tokens=160, timeout_s=600.0, continuous_batching=True, num_threads=1)
+    {'max_tokens': 160, 'timeout_s': 600.0, 'continuous_batching': True, 'num_threads': 1}
+    >>> judge_options("http://127.0.0.1:8000/v1", max_tokens=160, timeout_s=60, model="qwen", num_threads=1)
+    {'max_tokens': 160, 'timeout_s': 60, 'model': 'qwen'}
+    """
+    if spec.startswith("transformers:"):
+        return {"max_new_tokens": max_tokens}
+    options: dict[str, Any] = {"max_tokens": max_tokens, "timeout_s": timeout_s}
+    if spec == "local" or spec.startswith("local:"):
+        if continuous_batching is not None:
+            options["continuous_batching"] = continuous_batching
+        if num_threads is not None:
+            options["num_threads"] = num_threads
+    if model:
+        options["model"] = model
+    return options
 
 
 @contextlib.contextmanager

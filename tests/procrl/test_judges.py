@@ -25,6 +25,7 @@ from procrl.judges import (
     OpenAICompatibleJudge,
     TransformersJudge,
     extract_json_object,
+    judge_options,
     open_judge,
     parse_judgement,
     request_cache_key,
@@ -522,6 +523,42 @@ def test_open_judge_specs(server, tmp_path):
     with pytest.raises(ValueError, match="unknown judge spec"):
         with open_judge("ftp://x"):
             pass
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # the local server gets its settings; a URL gets the --judge-model id
+        (
+            "local",
+            {"max_tokens": 160, "timeout_s": 600.0, "continuous_batching": False, "num_threads": 2, "model": "m"},
+        ),
+        (
+            "local:some/dir",
+            {"max_tokens": 160, "timeout_s": 600.0, "continuous_batching": False, "num_threads": 2, "model": "m"},
+        ),
+        ("http://127.0.0.1:1/v1", {"max_tokens": 160, "timeout_s": 600.0, "model": "m"}),
+        # the in-process judge names its budget max_new_tokens and has no timeout, model id or server
+        ("transformers:some/model", {"max_new_tokens": 160}),
+    ],
+)
+def test_judge_options_per_spec(spec, expected):
+    options = judge_options(spec, max_tokens=160, timeout_s=600.0, model="m", continuous_batching=False, num_threads=2)
+    assert options == expected and list(options) == list(expected)
+    # without the optional settings (the FRS callers): budget and timeout only
+    short = judge_options(spec, max_tokens=96, timeout_s=30)
+    assert short == (
+        {"max_new_tokens": 96} if spec.startswith("transformers:") else {"max_tokens": 96, "timeout_s": 30}
+    )
+
+
+def test_judge_options_are_what_open_judge_takes(server):
+    options = judge_options(server.base_url, max_tokens=7, timeout_s=3.0, model="flag-model")
+    with open_judge(server.base_url, **options) as judge:
+        assert judge.model == "flag-model" and judge.max_tokens == 7 and judge.timeout_s == 3.0
+    options = judge_options("transformers:some/model", max_tokens=7, timeout_s=3.0, model="ignored")
+    with open_judge("transformers:some/model", **options) as judge:
+        assert judge.max_new_tokens == 7 and judge.model_name_or_path == "some/model"
 
 
 # --------------------------------------------------------------------------------------------------------------------

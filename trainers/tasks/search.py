@@ -14,9 +14,10 @@ needs and closes what it started (the local judge server) on exit, also when tra
   http(s) URL -> `RetrieverClient` (Search-R1's `POST /retrieve`; `procrl.data_builders.search_qa.open_retriever`);
 - rollouts: `ProcessRollout(env=SearchEnvironment(retriever, topk, max_turns))` (multi-turn episodes, the
   information tokens masked out of the loss by TRL through `env_mask`);
-- judge: `procrl.judges.open_judge(judge, ...)` ("local" starts `transformers serve` on the default model, one CPU
-  thread, bounded KV cache with continuous batching; a URL uses that server); NLI: `make_nli(nli, judge)` ("judge" =
-  the judge with an NLI prompt, else a cross-encoder), memoised by `CachedNLI`; the verifier
+- judge: `procrl.judges.open_judge(judge, ...)` with the keywords of `procrl.judges.judge_options` ("local" starts
+  `transformers serve` on the default model, one CPU thread, bounded KV cache with continuous batching; a URL uses
+  that server); NLI: `make_nli(nli, judge)` ("judge" = the judge with an NLI prompt, else a cross-encoder), memoised
+  by `CachedNLI`; the verifier
   `StepGapVerifier(judge, nli)` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
   base_cc=0 for zero-CC)`.
 
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions, open_retriever
-from procrl.judges import open_judge
+from procrl.judges import judge_options, open_judge
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
 from procrl.rewards.stepgap.reward import StepGapRewardConfig
@@ -120,17 +121,14 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
     env = SearchEnvironment(retriever, topk=search_args.search_topk, max_turns=search_args.search_max_turns)
 
     spec = search_args.judge
-    judge_kwargs: dict[str, Any] = {
-        "max_tokens": search_args.judge_max_tokens,
-        "timeout_s": search_args.judge_timeout_s,
-    }
-    if spec == "local" or spec.startswith("local:"):
-        judge_kwargs |= {
-            "continuous_batching": search_args.judge_continuous_batching,
-            "num_threads": search_args.judge_num_threads,
-        }
-    if search_args.judge_model:
-        judge_kwargs["model"] = search_args.judge_model
+    judge_kwargs = judge_options(
+        spec,
+        max_tokens=search_args.judge_max_tokens,
+        timeout_s=search_args.judge_timeout_s,
+        model=search_args.judge_model,
+        continuous_batching=search_args.judge_continuous_batching,
+        num_threads=search_args.judge_num_threads,
+    )
     cache_dir = search_args.judge_cache_dir or str(Path(output_dir) / "judge_cache")
     logger.info("task=search: %d questions, retriever %s, judge %s, nli %s", len(dataset), search_args.retriever,
                 spec, search_args.nli)  # fmt: skip
