@@ -32,21 +32,23 @@ from collections.abc import Sequence
 import torch
 from trl.trainer.utils import nanstd
 
+from procrl import step_rewards as _step_rewards
+from procrl.deprecation import moved_names
 from procrl.rewards.outcome import outcome_reward
-from procrl.step_rewards import StepRewardFunc, StepRewards
 from procrl.utils import check_reward_length
 
 __all__ = [
     "EPS",
     "OutcomeStepRewards",
-    "StepRewardFunc",
-    "StepRewards",
     "check_step_rewards",
     "normalize_step_rewards",
     "pad_step_rewards",
     "process_advantages",
     "token_advantages",
 ]
+
+# StepRewards and StepRewardFunc moved to the core layer (procrl.step_rewards); the old path works for one release
+__getattr__ = moved_names(__name__, {"StepRewards": "procrl.step_rewards", "StepRewardFunc": "procrl.step_rewards"})
 
 EPS = 1e-4  # TRL's epsilon in the advantage denominator (trl/trainer/grpo_trainer.py:2787)
 
@@ -71,19 +73,19 @@ class OutcomeStepRewards:
     def __init__(self, reward_func=outcome_reward):
         self.reward_func = reward_func
 
-    def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[StepRewards | None]:
+    def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[_step_rewards.StepRewards | None]:
         name = getattr(self.reward_func, "__name__", type(self.reward_func).__name__)
         rewards = self.reward_func(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
         rewards = check_reward_length(name, rewards, len(completion_ids))
         return [
-            None if r is None or len(ids) == 0 else StepRewards(values=[float(r)], boundaries=[len(ids)])
+            None if r is None or len(ids) == 0 else _step_rewards.StepRewards(values=[float(r)], boundaries=[len(ids)])
             for r, ids in zip(rewards, completion_ids, strict=True)
         ]
 
 
 def check_step_rewards(
-    name: str, step_rewards: Sequence[StepRewards | None], completion_ids: Sequence[Sequence[int]]
-) -> list[StepRewards | None]:
+    name: str, step_rewards: Sequence[_step_rewards.StepRewards | None], completion_ids: Sequence[Sequence[int]]
+) -> list[_step_rewards.StepRewards | None]:
     """Validate a step scorer's output against the sampled ids; raise `ValueError` naming the scorer.
 
     Checks one entry per completion, each a `StepRewards` or None, and that the last boundary equals the
@@ -98,7 +100,7 @@ def check_step_rewards(
     for i, (item, ids) in enumerate(zip(step_rewards, completion_ids, strict=True)):
         if item is None:
             continue
-        if not isinstance(item, StepRewards):
+        if not isinstance(item, _step_rewards.StepRewards):
             raise ValueError(
                 f"Step scorer '{name}' returned {type(item).__name__} for completion {i}; expected StepRewards or None."
             )
@@ -112,7 +114,7 @@ def check_step_rewards(
 
 
 def pad_step_rewards(
-    step_rewards: Sequence[StepRewards | None], num_steps: int | None = None
+    step_rewards: Sequence[_step_rewards.StepRewards | None], num_steps: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pack per-completion step rewards into tensors.
 

@@ -33,16 +33,21 @@ from dataclasses import dataclass, field
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from procrl.deprecation import moved_names
 from procrl.generation import generate_completions
 from procrl.retrieval import Passage, Retriever, format_passages
-from procrl.rewards.stepgap.trace import Trace, parse_trace, question_from_prompt, with_token_spans
+from procrl.rewards.stepgap import trace as stepgap_trace
+from procrl.rewards.stepgap.trace import Trace, parse_trace, with_token_spans
 from procrl.rewards.steps import token_char_offsets
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-# `question_from_prompt` lives in procrl.rewards.stepgap.trace (the reward parses prompts too); importable here as well
-__all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings", "question_from_prompt"]
+__all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings"]
+
+# `question_from_prompt` moved to procrl.rewards.stepgap.trace (the reward parses prompts too); the old path works for
+# one release
+__getattr__ = moved_names(__name__, {"question_from_prompt": "procrl.rewards.stepgap.trace"})
 
 STOP_STRINGS = ("</search>", "</answer>")
 
@@ -136,7 +141,7 @@ class SearchEnvironment:
         lps: list[list[float]] = [[] for _ in range(n)]
         raw: list[list[float]] = [[] for _ in range(n)]
         retrieved: list[list[list[Passage]]] = [[] for _ in range(n)]
-        questions = [question_from_prompt(p) for p in prompts]
+        questions = [stepgap_trace.question_from_prompt(p) for p in prompts]
         done = [False] * n
         eos = int(eos_ids[0])
 

@@ -178,7 +178,8 @@ def test_old_corpus_module_warns_and_returns_the_moved_names():
 def test_worked_search_example_comes_first_and_matches_the_environment_layout():
     from procrl.data_builders.search_qa import SEARCH_EXAMPLE_QUESTION, SEARCH_EXAMPLE_REPLY, SEARCH_PROMPT
     from procrl.rewards.qa import em_reward
-    from procrl.trainers.search_env import SearchEnvironment, question_from_prompt
+    from procrl.rewards.stepgap.trace import question_from_prompt
+    from procrl.trainers.search_env import SearchEnvironment
 
     plain = load_qa_questions(end=2)[0]
     shot = load_qa_questions(end=2, example=True)[0]

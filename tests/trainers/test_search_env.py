@@ -65,7 +65,8 @@ def test_retrieved_override_and_question():
     )
     assert t.steps[0].retrieved == [Passage("P", "p")]
     assert question_from_prompt([{"role": "user", "content": "Rules <answer> x </answer>\nQuestion: Who?"}]) == "Who?"
-    assert search_env_mod.question_from_prompt is question_from_prompt  # still importable from the search environment
+    with pytest.warns(DeprecationWarning, match="procrl.rewards.stepgap.trace.question_from_prompt"):
+        assert search_env_mod.question_from_prompt is question_from_prompt  # the old path, for one release
 
 
 def test_stop_on_strings(smollm2_tokenizer):
