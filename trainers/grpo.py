@@ -200,8 +200,10 @@ class ProcessGRPOTrainer(GRPOTrainer):
         self._log_process_metrics(gathered, rewards_per_func.cpu())
         if self.step_reward_func is not None:
             step_rewards = self._score_steps(inputs, prompts, completions, completion_ids_list)
-            for row, steps, ids in zip(inputs, step_rewards, completion_ids_list, strict=True):
-                row[STEP_REWARDS_KEY] = RowSteps(steps, len(ids))
+            # a fresh dict per row (the list is TRL's, shared with the caller): rows that alias one dict (a plain
+            # list dataset repeated by the sampler) cannot overwrite each other's step rewards
+            for i, (steps, ids) in enumerate(zip(step_rewards, completion_ids_list, strict=True)):
+                inputs[i] = {**inputs[i], STEP_REWARDS_KEY: RowSteps(steps, len(ids))}
         return rewards_per_func
 
     def _score_steps(self, inputs, prompts, completions, completion_ids_list) -> list[StepRewards | None]:
@@ -356,7 +358,7 @@ def _check_step_reward_func(mode: str, step_reward_func, reward_funcs) -> None:
     if mode in ("process", "mixed") and step_reward_func is None:
         raise ValueError(
             f"advantage_mode={mode!r} needs a step scorer: ProcessGRPOTrainer(step_reward_func=...), a callable "
-            "returning one procrl.trainers.advantages.StepRewards (or None) per completion, e.g. "
+            "returning one procrl.step_rewards.StepRewards (or None) per completion, e.g. "
             "OutcomeStepRewards(). Or set advantage_mode: outcome."
         )
     if mode == "outcome" and step_reward_func is not None:

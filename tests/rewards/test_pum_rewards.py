@@ -245,8 +245,9 @@ def test_unscored_steps_get_no_advantage_on_the_trainer_path(tmp_path, tiny_llam
     assert small.render(PROBLEM, texts[0]).complete == [True, False, False]
     assert all(small.render(PROBLEM, t).truncated_tokens == 0 for t in texts[1:])
     scorer = PUMStepRewards(small)
-    # one dict per row, as TRL's dataloader gives them (the trainer may write per-row fields into them)
-    inputs = [{"prompt": [{"role": "user", "content": PROBLEM}], "question": PROBLEM, "answer": "8"} for _ in range(4)]
+    # one dict aliased by all four rows (a plain list dataset repeated by TRL's sampler): the trainer's per-row step
+    # rewards must not overwrite each other (each row gets its own dict)
+    inputs = [{"prompt": [{"role": "user", "content": PROBLEM}], "question": PROBLEM, "answer": "8"}] * 4
     trainer = ProcessGRPOTrainer(
         model=tiny_llama,
         reward_funcs=[outcome_reward],
