@@ -32,6 +32,7 @@ scores of a few held-out prefixes, the log history).
 from __future__ import annotations
 
 import codecs
+import copy
 import json
 import math
 import os
@@ -214,7 +215,9 @@ def _peft_config(model_args):
         )
     modules = list(model_args.lora_modules_to_save or [])
     if "score" not in modules:
-        model_args.lora_modules_to_save = [*modules, "score"]  # the head must train and be saved with the adapter
+        # the head must train and be saved with the adapter; a copy, so the parsed ModelConfig stays as given
+        model_args = copy.copy(model_args)
+        model_args.lora_modules_to_save = [*modules, "score"]
     return get_peft_config(model_args)
 
 

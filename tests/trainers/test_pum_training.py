@@ -225,6 +225,7 @@ def test_peft_flags_need_seq_cls():
         pum_training._peft_config(ModelConfig(use_peft=True, lora_task_type="CAUSAL_LM"))
     args = ModelConfig(use_peft=True, lora_task_type="SEQ_CLS", lora_target_modules=["q_proj"])
     assert "score" in pum_training._peft_config(args).modules_to_save
+    assert args.lora_modules_to_save is None  # the parsed config is not changed
 
 
 def test_script_arguments_validate():
