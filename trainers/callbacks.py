@@ -21,6 +21,7 @@ from procrl.deprecation import moved_names
 from procrl.judges import judge_options
 from procrl.rewards.frs import FRSConfig
 from procrl.trainers import frs_callback
+from procrl.trainers.tasks.arguments import parse_eval_set
 
 __all__ = ["FRSArguments", "add_frs_callback", "judge_options"]
 
@@ -62,9 +63,7 @@ class FRSArguments:
             raise ValueError(f"frs_every_n_steps must be >= 0 (0 = off), got {self.frs_every_n_steps}")
         if self.frs_traces < 1:
             raise ValueError(f"frs_traces must be >= 1, got {self.frs_traces}")
-        parts = self.frs_eval_set.split(":")
-        if not 1 <= len(parts) <= 3 or not parts[0] or not all(p.isdigit() for p in parts[1:] if p):
-            raise ValueError(f"frs_eval_set must look like name:start:end, e.g. gsm8k:0:10; got {self.frs_eval_set!r}")
+        parse_eval_set(self.frs_eval_set, with_tokens=False)  # validates name:start:end
         FRSConfig(k_percent=self.frs_k_percent)  # validates K
 
 
@@ -76,10 +75,8 @@ def add_frs_callback(frs_args: FRSArguments, trainer, prompt_template=None) -> f
     """
     if frs_args.frs_every_n_steps <= 0:
         return None
-    parts = frs_args.frs_eval_set.split(":")
-    start = int(parts[1]) if len(parts) > 1 and parts[1] else 0
-    end = int(parts[2]) if len(parts) > 2 and parts[2] else None
-    dataset = load_math_dataset(parts[0], start=start, end=end, prompt_template=prompt_template or ONE_SHOT_TEMPLATE)
+    name, start, end, _ = parse_eval_set(frs_args.frs_eval_set, with_tokens=False)
+    dataset = load_math_dataset(name, start=start, end=end, prompt_template=prompt_template or ONE_SHOT_TEMPLATE)
     judge = None if frs_args.frs_judge.lower() == "none" else frs_args.frs_judge
     return frs_callback.FRSCallback(
         dataset,
