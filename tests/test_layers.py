@@ -68,6 +68,38 @@ def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return [target] + [f"{target}.{alias.name}" for alias in node.names if target == "procrl"]
 
 
+def shim_targets(tree: ast.Module) -> list[tuple[int, str]]:
+    """Modules that `moved_names(__name__, {...})` shims resolve names from (string targets, module-level string
+    constants and f-strings over them), as (line, module)."""
+    constants = {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.value.value, str)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+
+    def text(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        if isinstance(node, ast.Name):
+            return constants.get(node.id)
+        if isinstance(node, ast.JoinedStr):
+            parts = [text(v.value if isinstance(v, ast.FormattedValue) else v) for v in node.values]
+            return None if None in parts else "".join(parts)
+        return None
+
+    targets = []
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "moved_names" and len(call.args) == 2:
+            for node in ast.walk(call.args[1]):
+                value = text(node) if isinstance(node, ast.Constant | ast.Name | ast.JoinedStr) else None
+                target = (node.lineno, value.partition(":")[0]) if value and value.startswith("procrl") else None
+                if target and target not in targets:  # an f-string and the constant inside it name one target
+                    targets.append(target)
+    return targets
+
+
 def function_import_ids(tree: ast.AST) -> set[int]:
     ids = set()
     for func in ast.walk(tree):
@@ -89,6 +121,10 @@ def scan() -> dict[str, list[str]]:
         local = function_import_ids(tree)
         if len(lines) > MAX_LINES:
             found["long"].append(f"{rel}: {len(lines)} lines")
+        for lineno, target in shim_targets(tree):
+            layer = layer_of_module(target)
+            if RANK[layer] > own:
+                found["upward"].append(f"{rel}:{lineno} ({layer_of_module(module)}) shims names to {target}")
         for node in ast.walk(tree):
             if isinstance(node, ast.Import | ast.ImportFrom):
                 targets = imported_modules(node, module, path.name == "__init__.py")
@@ -152,7 +188,11 @@ def test_the_scan_sees_each_kind_of_violation(tmp_path, monkeypatch):
         "def main():\n    pass\n"
         "if __name__ == '__main__':\n    main()\n" + "\n" * MAX_LINES
     )
-    (tmp_path / "rewards" / "ok.py").write_text("from procrl import utils\nfrom . import other\n")
+    (tmp_path / "rewards" / "ok.py").write_text(
+        "from procrl import utils\nfrom . import other\n"
+        'NEW = "procrl.trainers.grpo"\n'
+        '__getattr__ = moved_names(__name__, {"a": "procrl.utils", "b": f"{NEW}:B", "c": "procrl.rewards.x"})\n'
+    )
     (tmp_path / "trainers" / "up.py").write_text(
         "from ..rewards import ok\ndef h():\n    from procrl.scripts import x  # no\n"
     )
@@ -160,6 +200,7 @@ def test_the_scan_sees_each_kind_of_violation(tmp_path, monkeypatch):
     found = scan()
     assert found["upward"] == [
         "procrl/bad.py:1 (core) imports procrl.trainers",
+        "rewards/ok.py:4 (rewards) shims names to procrl.trainers.grpo",
         "trainers/up.py:3 (trainers) imports procrl.scripts",
     ]
     assert found["local"] == [
