@@ -114,29 +114,3 @@ def default_wandb_offline(report_to: Sequence[str] | None) -> None:
         return
     os.environ["WANDB_MODE"] = "offline"
     get_logger(__name__).warning("No wandb credentials found: logging to wandb in offline mode (WANDB_MODE=offline).")
-
-
-def add_generation_cli_args(
-    parser, *, dataset: str, end: int, unit: str = "completion", batch_help: str, seed_help: str
-) -> None:
-    """Add the options `procrl frs`, `procrl select` and `procrl beam` share to an `argparse.ArgumentParser`.
-
-    The policy (`--model`), the problem slice (`--dataset --split --start --end`, with `dataset` and `end` as the
-    defaults), the prompt, sampling (`--temperature --top-p --max-new-tokens`, the budget of one `unit` in
-    tokens), `--batch-size`, `--seed`, `--device` and `--no-progress`.
-    """
-    parser.add_argument("--model", default="default", help="policy name or path ('default' = embedded SmolLM2-135M)")
-    parser.add_argument("--dataset", default=dataset, help="gsm8k, svamp, math500, or a local/hub data set")
-    parser.add_argument("--split", default=None, help="split of a non-built-in data set")
-    parser.add_argument("--start", type=int, default=0, help="first problem (0-based)")
-    parser.add_argument("--end", type=int, default=end, help="end problem (exclusive); -1 = all")
-    parser.add_argument(
-        "--prompt-template", default="one_shot", help="'one_shot', 'zero_shot' or a {question} template"
-    )
-    parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1.0 = off)")
-    parser.add_argument("--max-new-tokens", type=int, default=256, help=f"token budget of one {unit}")
-    parser.add_argument("--batch-size", type=int, default=32, help=batch_help)
-    parser.add_argument("--seed", type=int, default=0, help=seed_help)
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
