@@ -24,15 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import GenerationConfig
 
-from procrl.data_builders.datasets import load_math_dataset, resolve_template
-from procrl.generation import eos_token_ids
 from procrl.judges import judge_options, open_judge
-from procrl.models import resolve_model
 from procrl.rewards.frs import FRSConfig, compute_frs
 from procrl.trainers.frs_traces import generate_traces_resumable
+from procrl.trainers.offline import OfflineSamplingConfig, load_setup
 from procrl.utils import json_safe
 
 __all__ = ["OfflineFRSConfig", "plot_frs", "run_frs"]
@@ -43,9 +40,10 @@ TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "n", 
 
 
 @dataclass
-class OfflineFRSConfig:
+class OfflineFRSConfig(OfflineSamplingConfig):
     """Settings of `procrl frs` (parsed by `TrlParser` in `procrl/scripts/frs.py`; flags `--k-values` or
-    `--k_values` alike).
+    `--k_values` alike): the policy, problem slice and sampling of `OfflineSamplingConfig` (with FRS's defaults
+    and help texts: gsm8k[0:50], traces), then the FRS settings.
 
     Raises:
         ValueError: (on construction) `k_values` is not comma-separated numbers; `n`, `batch_size` or
@@ -53,21 +51,13 @@ class OfflineFRSConfig:
             percentages in (0, 100], ...).
     """
 
-    model: str = field(default="default", metadata={"help": "policy name or path ('default' = embedded SmolLM2-135M)"})
+    # the shared fields whose default or help differs from `OfflineSamplingConfig` (they keep its field order)
     dataset: str = field(default="gsm8k", metadata={"help": "gsm8k, svamp, math500, or a local/hub data set"})
-    split: str | None = field(default=None, metadata={"help": "split of a non-built-in data set"})
-    start: int = field(default=0, metadata={"help": "first problem (0-based)"})
     end: int = field(default=50, metadata={"help": "end problem (exclusive); -1 = all"})
-    prompt_template: str = field(
-        default="one_shot", metadata={"help": "'one_shot', 'zero_shot' or a {question} template"}
-    )
-    temperature: float = field(default=0.7, metadata={"help": "sampling temperature"})
-    top_p: float = field(default=1.0, metadata={"help": "nucleus sampling (1.0 = off)"})
     max_new_tokens: int = field(default=256, metadata={"help": "token budget of one trace"})
     batch_size: int = field(default=32, metadata={"help": "traces per generate call"})
     seed: int = field(default=0, metadata={"help": "sampling seed and FRS hash seed"})
-    device: str | None = field(default=None, metadata={"help": "torch device (None: cuda if available, else cpu)"})
-    no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
+    # the FRS settings
     n: int = field(default=16, metadata={"help": "traces per problem"})
     k: float = field(default=10, metadata={"help": "K of the headline FRS (top K%% most confident traces)"})
     k_values: str = field(default="10,20,30,40,50", metadata={"help": "K values of the FRS@K curve (comma-separated)"})
@@ -101,7 +91,7 @@ class OfflineFRSConfig:
     output_dir: str = field(default="outputs/frs", metadata={"help": "where frs.json and frs.png go"})
 
     def __post_init__(self) -> None:
-        self.frs_config()  # raises on invalid settings
+        self.frs_config()  # raises on invalid settings, with procrl frs's messages (not OfflineSamplingConfig's)
 
     def k_value_list(self) -> tuple[float, ...]:
         """`k_values` parsed ("10,20" -> (10.0, 20.0); empty items skipped)."""
@@ -141,20 +131,8 @@ def run_frs(args: OfflineFRSConfig) -> dict:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    dataset = load_math_dataset(
-        args.dataset,
-        split=args.split,
-        start=args.start,
-        end=None if args.end is not None and args.end < 0 else args.end,
-        prompt_template=resolve_template(args.prompt_template),
-    )
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    path = resolve_model(args.model)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    eos_ids = eos_token_ids(tokenizer, model.generation_config)
+    setup = load_setup(args)  # the problems, the float32 policy, its left-padding tokenizer and EOS ids
+    dataset, model, tokenizer, eos_ids = setup.dataset, setup.model, setup.tokenizer, setup.eos_ids
     generation_config = GenerationConfig(
         do_sample=True,
         temperature=args.temperature,
@@ -170,18 +148,18 @@ def run_frs(args: OfflineFRSConfig) -> dict:
         {key: getattr(args, key) for key in TRACE_SETTINGS},
         model,
         tokenizer,
-        [dict(row) for row in dataset],
+        dataset,
         n_traces=args.n,
         generation_config=generation_config,
         eos_ids=eos_ids,
         batch_size=args.batch_size,
         tail_fraction=config.tail_fraction,
         seed=args.seed,
-        device=device,
+        device=setup.device,
         progress=not args.no_progress,
     )
     generation_s = time.perf_counter() - t_gen
-    del model  # free the memory before a local judge server loads its own copy
+    del model, setup  # free the memory before a local judge server loads its own copy
 
     t_judge = time.perf_counter()
     with contextlib.ExitStack() as stack:

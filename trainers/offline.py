@@ -1,9 +1,12 @@
-"""What the offline commands `procrl select` (best-of-N) and `procrl beam` (PUM beam search) share (trainers layer).
+"""What the offline commands `procrl select` (best-of-N), `procrl beam` (PUM beam search) and `procrl frs` share
+(trainers layer).
 
-Their settings (`OfflineConfig`, parsed by `TrlParser` in `procrl/scripts/select.py` and `procrl/scripts/beam.py`),
-loading the problems, the policy and its tokenizer (`load_setup`), the sampling `GenerationConfig`, the PUM, the
-accuracy of one pick per problem with a 95% Wilson interval, the accuracy table and the JSON report. Problems whose
-gold answer cannot be parsed are left out of the accuracy (their `correct` entry is None).
+Their settings (`OfflineSamplingConfig`: the policy, the problem slice and sampling, the base of `OfflineFRSConfig`
+of `procrl frs`; `OfflineConfig` adds the PUM, parsed by `TrlParser` in `procrl/scripts/select.py` and
+`procrl/scripts/beam.py`), loading the problems, the policy and its tokenizer (`load_setup`), the sampling
+`GenerationConfig`, the PUM, the accuracy of one pick per problem with a 95% Wilson interval, the accuracy table and
+the JSON report. Problems whose gold answer cannot be parsed are left out of the accuracy (their `correct` entry is
+None).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ logger = get_logger(__name__)
 
 __all__ = [
     "OfflineConfig",
+    "OfflineSamplingConfig",
     "Setup",
     "accuracy",
     "format_accuracy_table",
@@ -38,8 +42,11 @@ __all__ = [
 
 
 @dataclass
-class OfflineConfig:
-    """Settings shared by `procrl select` and `procrl beam`: the policy, the problem slice, sampling and the PUM.
+class OfflineSamplingConfig:
+    """Settings of every offline command: the policy, the problem slice and sampling (`load_setup` reads them).
+
+    `OfflineConfig` (`procrl select`, `procrl beam`) adds the PUM; `procrl.trainers.frs_offline.OfflineFRSConfig`
+    (`procrl frs`) overrides some defaults and help texts and validates with its own messages.
 
     Raises:
         ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, or `temperature` <= 0.
@@ -60,9 +67,6 @@ class OfflineConfig:
     seed: int = field(default=0, metadata={"help": "sampling seed and random-selection seed"})
     device: str | None = field(default=None, metadata={"help": "torch device (None: cuda if available, else cpu)"})
     no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
-    pum: str | None = field(
-        default=None, metadata={"help": "PUM checkpoint directory (train_pum.py output); needed for pum"}
-    )
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -84,6 +88,19 @@ class OfflineConfig:
 
 
 @dataclass
+class OfflineConfig(OfflineSamplingConfig):
+    """Settings shared by `procrl select` and `procrl beam`: the policy, the problem slice, sampling and the PUM.
+
+    Raises:
+        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, or `temperature` <= 0.
+    """
+
+    pum: str | None = field(
+        default=None, metadata={"help": "PUM checkpoint directory (train_pum.py output); needed for pum"}
+    )
+
+
+@dataclass
 class Setup:
     """The loaded problems (one dict per row of `load_math_dataset`), the policy in eval mode, its left-padding
     tokenizer, its EOS ids and the rendered prompt ids (one list per problem)."""
@@ -97,7 +114,7 @@ class Setup:
     model_key: str  # resolved path + fingerprint of the weight files (changes when a checkpoint is rewritten)
 
 
-def load_setup(config: OfflineConfig) -> Setup:
+def load_setup(config: OfflineSamplingConfig) -> Setup:
     """Load the data slice `[start, end)` (end < 0: all), the policy (float32, on `device` or cuda if available)
     and its tokenizer (pad = EOS when it has none), render the prompts and seed torch with `seed`."""
     dataset = load_math_dataset(
@@ -122,7 +139,7 @@ def load_setup(config: OfflineConfig) -> Setup:
 
 
 def sampling_config(
-    config: OfflineConfig, pad_token_id: int, eos_ids: list[int], max_new_tokens: int
+    config: OfflineSamplingConfig, pad_token_id: int, eos_ids: list[int], max_new_tokens: int
 ) -> GenerationConfig:
     """Pure temperature / top-p sampling (top-k off) of at most `max_new_tokens` tokens."""
     return GenerationConfig(
