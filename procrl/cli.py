@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from pathlib import Path
+
+from procrl.scripts._common import configure_logging
 
 DEMO_CONFIG = Path("configs") / "grpo" / "svamp_smollm2_picsar.yaml"
 # subcommand -> (module, one-line help); the module's `main(argv) -> int` parses the rest of the command line. Each
@@ -86,7 +87,7 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run `procrl <subcommand> [flags]`; returns the subcommand's exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    configure_logging()
     if not argv or argv[0] not in COMMANDS:
         make_parser().parse_args(argv)  # --help, or the usage error of an unknown subcommand (SystemExit)
         return 2

@@ -17,34 +17,25 @@ and counted (`unparseable_gold`). The library: `procrl.trainers.beam_search` (`r
 
 from __future__ import annotations
 
-import argparse
-import logging
-import sys
-
 from trl import TrlParser
 
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.trainers.beam_search import BeamConfig, run_beam
 from procrl.trainers.offline import format_accuracy_table
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """This docstring as written, and every flag's default."""
-
-
 def make_parser() -> TrlParser:
     """`TrlParser` over `BeamConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored) override."""
-    return TrlParser((BeamConfig,), prog="procrl beam", description=__doc__, formatter_class=_HelpFormatter)
+    return TrlParser((BeamConfig,), prog="procrl beam", description=__doc__, formatter_class=HelpFormatter)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run `procrl beam`; returns the exit status (0 on success, 2 on bad arguments)."""
-    try:
-        (config,) = make_parser().parse_args_and_config(args=argv)
-    except ValueError as error:  # BeamConfig.__post_init__ or an unknown key of the --config file
-        print(f"procrl beam: {error}", file=sys.stderr)
-        return 2
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    parsed = parse_or_exit(make_parser(), argv)  # BeamConfig.__post_init__, an unknown flag or --config key
+    if parsed is None:
+        return EXIT_USAGE
+    (config,) = parsed
+    configure_logging()
     result = run_beam(config)
     print(format_accuracy_table(result["results"]))
     print(f"report: {config.output}")

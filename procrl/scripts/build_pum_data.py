@@ -15,14 +15,13 @@ stats. Every flag is a field of `PUMMathConfig` (`procrl.data_builders.pum_math.
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 from pathlib import Path
 
 from trl import TrlParser
 
 from procrl.data_builders.pum_math import PUMMathConfig, build_pum_math
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 
 
 def make_parser() -> TrlParser:
@@ -31,18 +30,22 @@ def make_parser() -> TrlParser:
         (PUMMathConfig,),
         prog="procrl build-pum-data",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=HelpFormatter,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`procrl build-pum-data --config configs/pum/build_gsm8k.yaml [--flag value ...]`; returns 0 when it is done.
+    """`procrl build-pum-data --config configs/pum/build_gsm8k.yaml [--flag value ...]`; returns 0 when it is done, 2
+    after one error line for a bad argument (an unknown flag, a setting `PUMMathConfig.__post_init__` refuses).
 
     Raises:
-        ValueError: an invalid setting (`PUMMathConfig.__post_init__`) or no problem with a parseable gold answer.
+        ValueError: no problem with a parseable gold answer.
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    (config,) = make_parser().parse_args_and_config(args=argv)
+    configure_logging()
+    parsed = parse_or_exit(make_parser(), argv)
+    if parsed is None:
+        return EXIT_USAGE
+    (config,) = parsed
     dataset, stats = build_pum_math(config)
     if dataset is not None:  # the main process
         print(json.dumps({k: v for k, v in stats.items() if k != "config"}, indent=2))

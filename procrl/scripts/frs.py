@@ -22,34 +22,25 @@ underscored alike (`--k-values` = `--k_values`). The library: `procrl.trainers.f
 
 from __future__ import annotations
 
-import argparse
-import logging
-import sys
-
 from trl import TrlParser
 
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
-
-
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """This docstring as written, and every flag's default."""
 
 
 def make_parser() -> TrlParser:
     """`TrlParser` over `OfflineFRSConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored)
     override."""
-    return TrlParser((OfflineFRSConfig,), prog="procrl frs", description=__doc__, formatter_class=_HelpFormatter)
+    return TrlParser((OfflineFRSConfig,), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run `procrl frs`; returns the exit status (0 on success, 2 on bad arguments)."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
-    try:
-        (args,) = make_parser().parse_args_and_config(args=argv)
-    except ValueError as error:  # OfflineFRSConfig.__post_init__ or an unknown key of the --config file
-        print(f"procrl frs: {error}", file=sys.stderr)
-        return 2
+    configure_logging()
+    parsed = parse_or_exit(make_parser(), argv)  # OfflineFRSConfig.__post_init__, an unknown flag or --config key
+    if parsed is None:
+        return EXIT_USAGE
+    (args,) = parsed
     print_summary(run_frs(args))
     return 0
 

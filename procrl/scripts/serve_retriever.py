@@ -17,6 +17,7 @@ from trl import TrlParser
 
 from procrl.data_builders.search_qa import BUILTIN_CORPORA, open_index
 from procrl.retrieval import serve_retriever
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -34,8 +35,8 @@ class ServeRetrieverArguments:
             f"corpus name ({', '.join(BUILTIN_CORPORA)})"
         }
     )
-    host: str = field(default="127.0.0.1", metadata={"help": "bind address (default loopback: 127.0.0.1)"})
-    port: int = field(default=8000, metadata={"help": "TCP port (default 8000)"})
+    host: str = field(default="127.0.0.1", metadata={"help": "bind address (loopback by default)"})
+    port: int = field(default=8000, metadata={"help": "TCP port (1-65535)"})
     topk: int = field(default=3, metadata={"help": "passages per query when a request gives no topk"})
     save: str | None = field(
         default=None, metadata={"help": "also save the index built from a JSONL corpus to this directory"}
@@ -55,19 +56,22 @@ class ServeRetrieverArguments:
 def make_parser() -> TrlParser:
     """The parser of `procrl serve-retriever` (`--config x.yaml` sets the fields; flags override it)."""
     return TrlParser(
-        (ServeRetrieverArguments,),
-        prog="procrl serve-retriever",
-        description="Serve a BM25 index with the Search-R1 retrieval API (POST /retrieve).",
+        (ServeRetrieverArguments,), prog="procrl serve-retriever", description=__doc__, formatter_class=HelpFormatter
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`procrl serve-retriever --index … [--host 127.0.0.1] [--port 8000]`; returns the exit code.
+    """`procrl serve-retriever --index … [--host 127.0.0.1] [--port 8000]`; returns the exit code (2 after one error
+    line for a bad argument: an unknown flag, a port outside 1-65535, `--topk` < 1).
 
     Raises:
         FileNotFoundError: `--index` is neither a directory, a file nor a built-in corpus name.
     """
-    (args,) = make_parser().parse_args_and_config(args=argv)
+    parsed = parse_or_exit(make_parser(), argv)
+    if parsed is None:
+        return EXIT_USAGE
+    (args,) = parsed
+    configure_logging()
     index = open_index(args.index)
     if args.save:
         index.save(args.save)

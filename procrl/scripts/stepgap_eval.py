@@ -24,6 +24,7 @@ from procrl.judges import open_judge
 from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, evaluate, format_table, load_annotated
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 
 __all__ = ["StepGapEvalArguments", "main", "make_parser"]
 
@@ -66,20 +67,23 @@ class StepGapEvalArguments:
 def make_parser() -> TrlParser:
     """The parser of `procrl stepgap-eval` (`--config x.yaml` sets the fields; flags override it)."""
     return TrlParser(
-        (StepGapEvalArguments,),
-        prog="procrl stepgap-eval",
-        description="StepGap verifier metrics on an annotated set, with a stage ablation (DESIGN §4 'StepGap').",
+        (StepGapEvalArguments,), prog="procrl stepgap-eval", description=__doc__, formatter_class=HelpFormatter
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the verifier on an annotated set; print the table and write metrics.json and labels.jsonl.
+    """Run the verifier on an annotated set; print the table and write metrics.json and labels.jsonl. Returns 0, or 2
+    after one error line for a bad argument (an unknown flag, a value `StepGapEvalArguments` refuses).
 
     Raises:
         SystemExit: the annotated set (after `--limit`) has no trace.
         ValueError: an annotated record that cannot be read (`load_annotated`).
     """
-    (args,) = make_parser().parse_args_and_config(args=argv)
+    parsed = parse_or_exit(make_parser(), argv)
+    if parsed is None:
+        return EXIT_USAGE
+    (args,) = parsed
+    configure_logging()
     data = load_annotated(args.data)
     if args.limit is not None:
         data = data[: args.limit]

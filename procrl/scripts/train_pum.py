@@ -18,17 +18,23 @@ this command prints its held-out table on rank 0, or one error line (exit status
 
 from __future__ import annotations
 
-import sys
-
 from trl import ModelConfig, TrlParser
 
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
 from procrl.trainers.pum_data import PairsNotFoundError
 from procrl.trainers.pum_training import PUMScriptArguments, PUMTrainingConfig, train
+
+PROG = "train_pum.py"  # the name in --help and in the error line, also as `procrl train-pum`
 
 
 def make_parser() -> TrlParser:
     """The parser of `train_pum.py`: `PUMScriptArguments`, `PUMTrainingConfig`, `ModelConfig` (+ `--config`)."""
-    return TrlParser((PUMScriptArguments, PUMTrainingConfig, ModelConfig))
+    return TrlParser(
+        (PUMScriptArguments, PUMTrainingConfig, ModelConfig),
+        prog=PROG,
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
 
 
 def format_summary(summary: dict) -> str:
@@ -70,15 +76,18 @@ def format_summary(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Parse `--config x.yaml` plus flag overrides, train, and print the held-out table (rank 0).
 
-    Returns 0, or 2 after one `train_pum.py: error: ...` line on stderr when the pair set is missing.
+    Returns 0, or 2 after one `train_pum.py: error: ...` line on stderr for a bad argument (an unknown flag, a value
+    a dataclass refuses) or a missing pair set.
     """
-    parser = make_parser()
-    script_args, training_args, model_args = parser.parse_args_and_config(args=argv)
+    parsed = parse_or_exit(make_parser(), argv)
+    if parsed is None:
+        return EXIT_USAGE
+    script_args, training_args, model_args = parsed
+    configure_logging()
     try:
         summary = train(script_args, training_args, model_args)
     except PairsNotFoundError as error:
-        print(f"train_pum.py: error: {error}", file=sys.stderr)
-        return 2
+        return usage_error(PROG, error)
     if training_args.process_index == 0:
         print(format_summary(summary))
     return 0
