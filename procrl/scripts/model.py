@@ -3,6 +3,7 @@
     procrl model prepare [--all] [--force]    # convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
                                               # --all also the Gemma 3 270M student of the PUM-Math builder
     procrl model path                         # print the converted default model's directory
+    procrl model --all --force prepare        # the same: the flags may come before the action word
     python -m procrl.scripts.model prepare    # the same
 
 `prepare` prints the directory of each converted model; the conversion is cached under `$PROCRL_CACHE/models`
@@ -11,15 +12,16 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 
 from trl import TrlParser
 
 from procrl.models import default_model_dir, prepare_default_model, prepare_gemma_model
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 
 ACTIONS = ("prepare", "path")
+_VALUE_FLAGS = ("--action", "--config")  # the flags whose next word is their value, never the action word
 
 
 @dataclass
@@ -37,25 +39,34 @@ class ModelCommandArguments:
             )
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """This docstring as written, and every flag's default."""
-
-
 def make_parser() -> TrlParser:
-    """`TrlParser` over `ModelCommandArguments` (the action is also accepted bare, first: `procrl model path`)."""
-    return TrlParser((ModelCommandArguments,), prog="procrl model", description=__doc__, formatter_class=_HelpFormatter)
+    """`TrlParser` over `ModelCommandArguments` (the action word is also accepted bare: `procrl model path`)."""
+    return TrlParser((ModelCommandArguments,), prog="procrl model", description=__doc__, formatter_class=HelpFormatter)
+
+
+def action_as_flag(argv: list[str]) -> list[str]:
+    """`argv` with the bare action word (`prepare` / `path`, anywhere: before or after `--all` / `--force`) turned
+    into `--action <word>` at the front, so that the boolean flags never read it as their optional value.
+
+    >>> action_as_flag(["--all", "prepare", "--force"])
+    ['--action', 'prepare', '--all', '--force']
+    >>> action_as_flag(["--config", "path", "--action", "path"])  # values of --config / --action stay in place
+    ['--config', 'path', '--action', 'path']
+    """
+    for i, word in enumerate(argv):
+        if word in ACTIONS and (i == 0 or argv[i - 1] not in _VALUE_FLAGS):
+            return ["--action", word, *argv[:i], *argv[i + 1 :]]
+    return list(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run `procrl model`; returns the exit status (0 on success, 2 on bad arguments)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ACTIONS:  # `procrl model prepare --all`: the documented positional form
-        argv = ["--action", *argv]
-    try:
-        (args,) = make_parser().parse_args_and_config(args=argv)
-    except ValueError as error:
-        print(f"procrl model: {error}", file=sys.stderr)
-        return 2
+    argv = action_as_flag(list(sys.argv[1:] if argv is None else argv))
+    parsed = parse_or_exit(make_parser(), argv)
+    if parsed is None:
+        return EXIT_USAGE
+    (args,) = parsed
+    configure_logging()
     if args.action == "prepare":
         print(prepare_default_model(force=args.force))
         if args.all:
