@@ -1,5 +1,5 @@
-"""Before/after tables, run summaries and training curves for people to read (the scripts print; library code
-returns text)."""
+"""Before/after tables and training curves for people to read (the scripts print; library code returns text), and
+the wandb wrap-up of a GRPO run. The GRPO run's printed report is `procrl.scripts.train_grpo.format_summary`."""
 
 from __future__ import annotations
 
@@ -60,31 +60,6 @@ def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> P
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def format_summary(summary: dict) -> str:
-    """The report of a GRPO run (`procrl.scripts.train_grpo` prints it): model, data, steps and wall time, rewards and
-    weights, the before/after table (`format_table`), where the summary, curves and wandb run are, total wall time.
-
-    Args:
-        summary: the dict the GRPO job returns and writes to `summary.json`.
-    """
-    train = summary["train"]
-    lines = [
-        "",
-        f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s",
-        f"rewards: {', '.join(train['reward_funcs'])} with weights {train['reward_weights']}",
-    ]
-    if summary["before"] or summary["after"]:
-        lines += ["", format_table(summary["before"], summary["after"])]
-    lines.append("")
-    for key, label in (("summary_path", "summary"), ("curves", "curves"), ("wandb_dir", "wandb run (offline)")):
-        if summary.get(key):
-            lines.append(f"{label}: {summary[key]}")
-    lines.append(f"total wall time: {summary['total_wall_time_s'] / 60:.1f} min")
-    if summary.get("wandb_dir"):
-        lines.append(f"sync later with: wandb sync {summary['wandb_dir']}")
-    return "\n".join(lines)
 
 
 def finish_wandb_run(summary: dict) -> str | None:

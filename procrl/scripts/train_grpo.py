@@ -23,35 +23,24 @@ with search episodes and the StepGap reward, without the math evaluation. `rewar
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import logging
-import os
+import functools
 import re
-import sys
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import NamedTuple
 
-from trl import ModelConfig, TrlParser, get_peft_config
+from trl import ModelConfig, TrlParser
 
 from procrl.data_builders.datasets import BUILTIN_DATASETS
-from procrl.models import load_policy
-from procrl.reporting import finish_wandb_run, format_summary, plot_curves
+from procrl.reporting import format_table
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
-from procrl.trainers.callbacks import FRSArguments, add_frs_callback
-from procrl.trainers.evaluation import evaluate
-from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.trainers.callbacks import FRSArguments
+from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.tasks.arguments import SEARCH_TEMPLATES, MathTaskArguments, SearchTaskArguments
+from procrl.trainers.tasks.job import TASKS, run_grpo_job
 from procrl.trainers.tasks.rewards import Build, RewardEntry, RewardSet, build_rewards, scalar_reward_weights
-from procrl.utils import default_wandb_offline, get_logger, import_object, json_safe
 
-logger = get_logger(__name__)
-
-# task name -> its opener (`procrl.trainers.tasks`), imported when a run uses the task
-TASKS = {"math": "procrl.trainers.tasks.math:open_math_task", "search": "procrl.trainers.tasks.search:open_search_task"}
+PROG = "train_grpo.py"  # the name in --help and in the error line, also as `procrl train-grpo` / `procrl demo`
 
 _PUM = "procrl.rewards.pum_rewards"
 _STEPGAP = "procrl.rewards.stepgap.reward"
@@ -230,17 +219,13 @@ class GRPOParser(TrlParser):
         return namespace, remaining
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """This docstring as written, and every flag's default."""
-
-
 def make_parser() -> GRPOParser:
     """The command's parser; `parse_args_and_config(argv)` returns the six dataclasses in `GRPOJob` order."""
     parser = GRPOParser(
         (GRPOScriptArguments, MathTaskArguments, SearchTaskArguments, FRSArguments, ProcessGRPOConfig, ModelConfig),
-        prog="train_grpo.py",
+        prog=PROG,
         description=__doc__,
-        formatter_class=_HelpFormatter,
+        formatter_class=HelpFormatter,
     )
     for action in parser._actions:  # argparse %-formats help: a lone "%" ("the top K% ...") would break --help
         if action.help:
@@ -275,121 +260,44 @@ def make_rewards(job: GRPOJob, task=None) -> RewardSet:
 
 
 def run(job: GRPOJob) -> dict:
-    """Evaluate, train with GRPO, evaluate again; returns the summary also written to `summary.json`."""
-    with contextlib.ExitStack() as stack:  # closes what a task opened (the StepGap judge server), also on error
-        return _run(job, stack)
+    """The GRPO job (`procrl.trainers.tasks.job.run_grpo_job`) with this command's rewards; returns the summary."""
+    return run_grpo_job(job, functools.partial(make_rewards, job))
 
 
-def _run(job: GRPOJob, stack: contextlib.ExitStack) -> dict:
-    script, training, model_args = job.script, job.training, job.model
-    t0 = time.perf_counter()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # we use rollout_func knowingly (TRL pinned)
-    default_wandb_offline(training.report_to)
-    if job.math.run_eval and training.deepspeed and "zero3" in str(training.deepspeed).lower():
-        raise ValueError(
-            "The before/after evaluation generates on rank 0 alone, which hangs with ZeRO-3 (partitioned weights). "
-            "Set run_eval: false, or use ZeRO-2."
-        )
-    model, tokenizer = load_policy(
-        model_args.model_name_or_path or "default",
-        revision=model_args.model_revision,
-        dtype=model_args.dtype,
-        attn_implementation=model_args.attn_implementation,
-        device=training.device,
-    )
-    open_task = import_object(TASKS[script.task])  # a context manager: closes what the task started
-    task_args = job.search if script.task == "search" else job.math
-    task = stack.enter_context(open_task(script, task_args, output_dir=training.output_dir))
-    if script.task == "search" and job.math.run_eval:
-        logger.info("task=search: the math before/after evaluation is skipped (EM is logged during training)")
-    rewards = make_rewards(job, task)
-    # One answer check per run: task/accuracy and the before/after evaluation use the task's outcome check (the very
-    # object among reward_funcs when the outcome reward is one, so the trainer reuses its column).
-    outcome_func = next(
-        (f for f in rewards.funcs if f is task.outcome_func or f == task.outcome_func), task.outcome_func
-    )
-    trainer_kwargs = {} if task.rollout_func is None else {"rollout_func": task.rollout_func}
-    # The trainer binds the policy to the rewards that need it (PiCSAR's answer term), also for the evaluation below.
-    trainer = ProcessGRPOTrainer(
-        model=model,
-        reward_funcs=rewards.funcs,
-        args=training,
-        train_dataset=task.train_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        outcome_func=outcome_func,
-        step_reward_func=rewards.step_reward_func,
-        **trainer_kwargs,
-    )
+def format_summary(summary: dict) -> str:
+    """The report of a GRPO run that `main` prints: model, data, steps and wall time, rewards and weights, the
+    before/after table (`procrl.reporting.format_table`), where the summary, curves and wandb run are, total wall
+    time.
 
-    eval_kwargs = {
-        "outcome_func": outcome_func,
-        "reward_funcs": rewards.funcs,
-        "reward_weights": rewards.weights,
-        "batch_size": job.math.eval_batch_size,
-        "progress": training.process_index == 0,
-    }
-
-    def run_eval(stage: str, policy) -> list[dict]:
-        results = []
-        for label, data, tokens in task.eval_sets:
-            result = evaluate(policy, tokenizer, data, name=label, max_new_tokens=tokens, **eval_kwargs)
-            logger.info("%s %s: accuracy %.3f", stage, label, result.accuracy)
-            results.append(result.to_dict())
-        return results
-
-    before = run_eval("before", model) if training.process_index == 0 else []
-    if task.frs_template is not None:  # FRS judges math reasoning; no-op unless frs_every_n_steps > 0
-        add_frs_callback(job.frs, trainer, prompt_template=task.frs_template)
-    train_start = time.perf_counter()
-    train_output = trainer.train()
-    train_time = time.perf_counter() - train_start
-    trainer.save_model(training.output_dir)
-    policy = trainer.accelerator.unwrap_model(trainer.model)
-    after = run_eval("after", policy) if trainer.accelerator.is_main_process else []
-
-    summary = {
-        "model": model_args.model_name_or_path or "default",
-        "task": script.task,
-        "world_size": trainer.accelerator.num_processes,
-        "train": {
-            "dataset": f"{script.dataset_name}[{script.dataset_start}:{script.dataset_end}]",
-            "steps": trainer.state.global_step,
-            "wall_time_s": train_time,
-            "train_loss": train_output.training_loss,
-            "reward_funcs": [getattr(f, "__name__", str(f)) for f in rewards.funcs],
-            "reward_weights": list(rewards.weights),
-            "answer_extraction": script.answer_extraction,
-        },
-        "before": before,
-        "after": after,
-        "log_history": trainer.state.log_history,
-        "total_wall_time_s": time.perf_counter() - t0,
-    }
-    task_summary = task.summary()
-    if task_summary is not None:
-        summary[script.task] = task_summary
-    if trainer.accelerator.is_main_process:
-        out = Path(training.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        plot_curves(trainer.state.log_history, out / "curves.png", title=Path(training.output_dir).name)
-        summary["curves"] = str(out / "curves.png")
-        summary["wandb_dir"] = finish_wandb_run(summary)
-        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2))
-        summary["summary_path"] = str(out / "summary.json")
-    return summary
+    Args:
+        summary: the dict the GRPO job returns and writes to `summary.json`.
+    """
+    train = summary["train"]
+    lines = [
+        "",
+        f"procrl GRPO: {summary['model']} on {train['dataset']}, {train['steps']} steps in {train['wall_time_s']:.0f} s",
+        f"rewards: {', '.join(train['reward_funcs'])} with weights {train['reward_weights']}",
+    ]
+    if summary["before"] or summary["after"]:
+        lines += ["", format_table(summary["before"], summary["after"])]
+    lines.append("")
+    for key, label in (("summary_path", "summary"), ("curves", "curves"), ("wandb_dir", "wandb run (offline)")):
+        if summary.get(key):
+            lines.append(f"{label}: {summary[key]}")
+    lines.append(f"total wall time: {summary['total_wall_time_s'] / 60:.1f} min")
+    if summary.get("wandb_dir"):
+        lines.append(f"sync later with: wandb sync {summary['wandb_dir']}")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `--config x.yaml` plus flag overrides, run the job and print its report (main process); returns the
     exit status (0 on success, 2 on bad settings, with the message)."""
-    try:
-        job = parse_args(argv)
-    except ValueError as error:  # a dataclass's __post_init__, the reward weights, or an unknown key of --config
-        print(f"train_grpo.py: error: {error}", file=sys.stderr)
-        return 2
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    parsed = parse_or_exit(make_parser(), argv)  # a dataclass's __post_init__, the reward weights, an unknown flag
+    if parsed is None:
+        return EXIT_USAGE
+    job = GRPOJob(*parsed)
+    configure_logging()
     summary = run(job)
     if job.training.process_index == 0:
         print(format_summary(summary))

@@ -1,5 +1,10 @@
-"""The two GRPO tasks of `train_grpo.py` (`procrl.scripts.train_grpo`), each a config dataclass and an opener.
+"""The GRPO job of `train_grpo.py` (`procrl.scripts.train_grpo`) and its two tasks, each a config dataclass and an
+opener.
 
+- the job (`procrl.trainers.tasks.job`: `run_grpo_job`, `TASKS`): load the policy, open the task, build the rewards,
+  evaluate before, train with `ProcessGRPOTrainer`, evaluate after, write `summary.json` and `curves.png` (import
+  it from its module: this package stays light, since `procrl.trainers.callbacks`, which the job uses, imports
+  `procrl.trainers.tasks.arguments`);
 - math (`procrl.trainers.tasks.math`): single-turn math problems (`load_math_dataset`), the outcome check of the
   run's `answer_extraction`, greedy before/after evaluation sets;
 - search (`procrl.trainers.tasks.search`): multi-hop QA with search episodes (`SearchEnvironment`), the StepGap
@@ -9,7 +14,8 @@ Their settings are `procrl.trainers.tasks.arguments.MathTaskArguments` and `Sear
 dataclasses, no inheritance; the common ones are `GRPOScriptArguments` of the entry point). The two task modules
 never import each other. Each opener is a context manager yielding an object with the attributes of `GRPOTask`
 and closing what it started (the local judge server) on exit. The rewards themselves come from the one registry
-at the entry point (`procrl.scripts.train_grpo.REWARDS`), built by `procrl.trainers.tasks.rewards`.
+at the entry point (`procrl.scripts.train_grpo.REWARDS`), built by `procrl.trainers.tasks.rewards`; the entry point
+hands the job its parsed settings and a reward builder.
 """
 
 from __future__ import annotations

@@ -1,0 +1,36 @@
+"""The report `train_grpo.py` prints (`procrl.scripts.train_grpo.format_summary`): model, data, steps, rewards, the
+before/after table (`procrl.reporting.format_table`) and the files."""
+
+from procrl.scripts.train_grpo import format_summary
+
+
+def test_run_report_names_the_rewards_the_table_and_the_files():
+    row = dict(name="svamp[700:716]", accuracy=0.25, ci_low=0.1, ci_high=0.5, mean_reward=0.3, mean_length=50.0,
+               truncated_frac=0.0, wall_time_s=20.0)  # fmt: skip
+    summary = {
+        "model": "default",
+        "train": {"dataset": "svamp[0:700]", "steps": 3, "wall_time_s": 61.2, "reward_funcs": ["outcome_reward",
+                  "picsar_bonus"], "reward_weights": [1.0, 0.1]},
+        "before": [row], "after": [row], "summary_path": "out/summary.json", "curves": "out/curves.png",
+        "wandb_dir": None, "total_wall_time_s": 600.0,
+    }  # fmt: skip
+    lines = format_summary(summary).splitlines()
+    assert lines[:3] == ["", "procrl GRPO: default on svamp[0:700], 3 steps in 61 s",
+                         "rewards: outcome_reward, picsar_bonus with weights [1.0, 0.1]"]  # fmt: skip
+    assert lines[3] == "" and lines[4].startswith("eval set") and lines[6].split()[:2] == ["svamp[700:716]", "before"]
+    assert lines[-4:] == ["", "summary: out/summary.json", "curves: out/curves.png", "total wall time: 10.0 min"]
+
+
+def test_without_evaluation_there_is_no_table_and_wandb_gets_a_sync_line():
+    summary = {
+        "model": "m", "train": {"dataset": "d[0:4]", "steps": 1, "wall_time_s": 1.0, "reward_funcs": ["em"],
+                                "reward_weights": [1.0]},
+        "before": [], "after": [], "wandb_dir": "wandb/run-1", "total_wall_time_s": 30.0,
+    }  # fmt: skip
+    lines = format_summary(summary).splitlines()
+    assert not any(line.startswith("eval set") for line in lines)
+    assert lines[-3:] == [
+        "wandb run (offline): wandb/run-1",
+        "total wall time: 0.5 min",
+        "sync later with: wandb sync wandb/run-1",
+    ]
