@@ -1,8 +1,9 @@
-"""Evaluation helpers: the Wilson interval against textbook values, and the before/after table."""
+"""Evaluation helpers: the Wilson interval against textbook values, and the before/after table (the run report
+of the GRPO command is tested in tests/scripts/test_train_grpo_report.py)."""
 
 import pytest
 
-from procrl.reporting import format_summary, format_table
+from procrl.reporting import format_table
 from procrl.trainers.evaluation import wilson_interval
 
 
@@ -39,20 +40,3 @@ def test_table_pairs_before_and_after_by_name():
     lines = text.splitlines()
     assert lines[2].split()[:3] == ["svamp[700:850]", "before", "0.020"]
     assert lines[3].split()[:3] == ["svamp[700:850]", "after", "0.027"]
-
-
-def test_run_report_names_the_rewards_the_table_and_the_files():
-    row = dict(name="svamp[700:716]", accuracy=0.25, ci_low=0.1, ci_high=0.5, mean_reward=0.3, mean_length=50.0,
-               truncated_frac=0.0, wall_time_s=20.0)  # fmt: skip
-    summary = {
-        "model": "default",
-        "train": {"dataset": "svamp[0:700]", "steps": 3, "wall_time_s": 61.2, "reward_funcs": ["outcome_reward",
-                  "picsar_bonus"], "reward_weights": [1.0, 0.1]},
-        "before": [row], "after": [row], "summary_path": "out/summary.json", "curves": "out/curves.png",
-        "wandb_dir": None, "total_wall_time_s": 600.0,
-    }  # fmt: skip
-    lines = format_summary(summary).splitlines()
-    assert lines[:3] == ["", "procrl GRPO: default on svamp[0:700], 3 steps in 61 s",
-                         "rewards: outcome_reward, picsar_bonus with weights [1.0, 0.1]"]  # fmt: skip
-    assert lines[3] == "" and lines[4].startswith("eval set") and lines[6].split()[:2] == ["svamp[700:716]", "before"]
-    assert lines[-4:] == ["", "summary: out/summary.json", "curves: out/curves.png", "total wall time: 10.0 min"]
