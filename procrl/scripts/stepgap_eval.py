@@ -16,11 +16,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trl import TrlParser
 
-from procrl.judges import open_judge
+from procrl.judges import judge_options, open_judge
 from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, evaluate, format_table, load_annotated
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
@@ -91,11 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no annotated traces in {args.data}")
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    judge_kwargs: dict[str, Any] = {"max_tokens": args.max_tokens, "timeout_s": args.timeout_s}
-    if args.judge == "local" or args.judge.startswith("local:"):
-        judge_kwargs |= {"continuous_batching": not args.no_continuous_batching, "num_threads": args.num_threads}
-    if args.judge_model:
-        judge_kwargs["model"] = args.judge_model
+    judge_kwargs = judge_options(
+        args.judge,
+        max_tokens=args.max_tokens,
+        timeout_s=args.timeout_s,
+        model=args.judge_model or None,
+        continuous_batching=not args.no_continuous_batching,
+        num_threads=args.num_threads,
+    )
     cache_dir = args.cache_dir or str(out_dir / "judge_cache")
     with open_judge(args.judge, cache_dir=cache_dir, max_concurrency=args.concurrency, **judge_kwargs) as judge:
         nli = CachedNLI(make_nli(args.nli, judge, batch_size=args.nli_batch_size))
