@@ -26,7 +26,7 @@ FOLDERS = {
 RANK = {"core": 0, "rewards": 1, "data_builders": 2, "trainers": 3, "scripts": 4}
 # optional dependencies that only some commands need and that are slow or absent: the only function-local imports
 OPTIONAL_HEAVY = {"vllm", "deepspeed", "matplotlib", "wandb", "llguidance", "lmformatenforcer", "xgrammar"}
-MAX_LINES = 450  # "no module over ~400 lines"
+MAX_LINES = 400  # "no module over ~400 lines" (issue 13)
 
 
 def library_files() -> list[Path]:
