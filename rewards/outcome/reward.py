@@ -2,8 +2,8 @@
 the final answer matches the gold answer, 0.0 otherwise, None when the gold answer cannot be parsed.
 
 Correctness metrics share the trainer's ``task/`` namespace: `procrl.trainers.grpo` logs ``task/accuracy`` and
-``task/unparseable_gold`` (over all ranks, with or without an outcome reward among the reward functions), the reward
-logs ``task/no_answer_<mode>``; each key has one producer.
+``task/unparseable_gold`` (over all ranks, from the outcome reward's column or, without one, from its own outcome
+check on the rows' ``answer``), the reward logs ``task/no_answer_<mode>``; each key has one producer.
 """
 
 from __future__ import annotations
