@@ -62,6 +62,9 @@ def action_as_flag(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     """Run `procrl model`; returns the exit status (0 on success, 2 on bad arguments)."""
     argv = action_as_flag(list(sys.argv[1:] if argv is None else argv))
+    if sum(word == "--action" or word.startswith("--action=") for word in argv) > 1:  # argparse would keep the last
+        print("procrl model: error: give the action once (procrl model prepare | procrl model path)", file=sys.stderr)
+        return EXIT_USAGE
     parsed = parse_or_exit(make_parser(), argv)
     if parsed is None:
         return EXIT_USAGE

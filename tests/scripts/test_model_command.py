@@ -67,3 +67,12 @@ def test_bad_actions_exit_2(tmp_path, prepared, capsys):
     err = capsys.readouterr().err
     assert err.startswith("procrl model: error: action='convert' must be one of") and err.count("\n") == 1
     assert prepared == []
+
+
+def test_two_actions_are_refused(prepared, capsys):
+    assert model.main(["--action", "path", "prepare"]) == 2
+    assert (
+        capsys.readouterr().err
+        == "procrl model: error: give the action once (procrl model prepare | procrl model path)\n"
+    )
+    assert prepared == []
