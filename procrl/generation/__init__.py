@@ -14,7 +14,9 @@ from procrl.generation.engines import (
     cut_completion,
     default_state,
     derive_seed,
+    import_vllm,
     make_engine,
+    vllm_on_cpu,
     weights_fingerprint,
 )
 from procrl.generation.hf import (
@@ -41,7 +43,9 @@ __all__ = [
     "eos_token_ids",
     "generate_completions",
     "left_pad",
+    "import_vllm",
     "make_engine",
     "render_prompts",
+    "vllm_on_cpu",
     "weights_fingerprint",
 ]

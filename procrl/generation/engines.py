@@ -2,8 +2,8 @@
 
 - `TransformersEngine` (`procrl.generation.transformers_engine`): batched `generate` with left padding and the KV
   cache (reusing `procrl.generation.generate_completions`), prompts sorted by length into batches to cut padding;
-- `VLLMEngine` (`procrl.generation.vllm_engine`): vLLM's offline `LLM`, used when `vllm` is importable (the import
-  is lazy).
+- `VLLMEngine` (`procrl.generation.vllm_engine`): vLLM's offline `LLM` (CUDA or the CPU build), the default
+  ("auto") wherever vLLM imports (the import is lazy).
 
 Both return one `Rollout` per prompt row: the sampled token ids cut after the first EOS (kept) or after the first
 token that completes a stop string (kept), their text, and their log-probabilities under the RAW model distribution
@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import importlib.util
 
-import torch
-
 from procrl.generation.runtime import (
     default_device,
     default_state,
@@ -31,7 +29,7 @@ from procrl.generation.runtime import (
 from procrl.generation.sampling import FINISH_REASONS, Rollout, RolloutEngine, SamplingParams
 from procrl.generation.stopping import cut_completion, stop_criteria
 from procrl.generation.transformers_engine import TransformersEngine
-from procrl.generation.vllm_engine import VLLMEngine
+from procrl.generation.vllm_engine import VLLMEngine, import_vllm, vllm_on_cpu
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -47,10 +45,12 @@ __all__ = [
     "default_device",
     "default_state",
     "derive_seed",
+    "import_vllm",
     "make_engine",
     "resolve_dtype",
     "stable_hash",
     "stop_criteria",
+    "vllm_on_cpu",
     "weights_fingerprint",
 ]
 
@@ -58,20 +58,34 @@ ENGINES = ("auto", "transformers", "vllm")
 
 
 def make_engine(model_name_or_path: str = "default", *, engine: str = "auto", **kwargs) -> RolloutEngine:
-    """Build a rollout engine: "vllm", "transformers", or "auto" (vLLM when it is importable and a CUDA GPU is
-    visible, else transformers). `kwargs` go to the engine's constructor (`device`, `dtype`, `batch_size`, ...).
+    """Build a rollout engine: "vllm", "transformers", or "auto" (vLLM when it imports and its build can run on
+    `kwargs["device"]`, else transformers, with the reason logged). `kwargs` go to the engine's constructor
+    (`device`, `dtype`, `batch_size`, ...; `VLLMEngine` ignores `batch_size`, `TransformersEngine` vLLM's
+    `kv_cache_gib`).
 
     Raises:
         ValueError: an engine name not in `ENGINES`.
-        ImportError: engine="vllm" without vLLM installed.
+        ImportError: engine="vllm" and vLLM cannot be imported (the message says why and how to fix or fall back).
     """
     if engine not in ENGINES:
         raise ValueError(f"engine must be 'auto', 'transformers' or 'vllm', got {engine!r}.")
     if engine == "auto":
-        has_vllm = importlib.util.find_spec("vllm") is not None
-        on_gpu = torch.cuda.is_available() and str(kwargs.get("device") or "cuda").startswith("cuda")
-        engine = "vllm" if has_vllm and on_gpu else "transformers"
-        logger.info("Rollout engine: %s (vllm %s)", engine, "importable" if has_vllm else "not installed")
+        engine, reason = _auto_engine(kwargs.get("device"))
+        logger.info("Rollout engine: %s (%s)", engine, reason)
     if engine == "vllm":
         return VLLMEngine(model_name_or_path, **kwargs)
+    kwargs.pop("kv_cache_gib", None)
     return TransformersEngine(model_name_or_path, **kwargs)
+
+
+def _auto_engine(device) -> tuple[str, str]:
+    if importlib.util.find_spec("vllm") is None:
+        return "transformers", "vLLM is not installed"
+    try:
+        on_cpu = vllm_on_cpu()
+    except ImportError as err:
+        logger.warning("%s", err)
+        return "transformers", "vLLM is installed but does not import"
+    if device is not None and str(device).startswith("cuda") == on_cpu:
+        return "transformers", f"the installed vLLM build cannot run on device={device!r}"
+    return "vllm", "vLLM " + ("CPU build" if on_cpu else "on CUDA")

