@@ -1,5 +1,8 @@
 """Multi-turn search episodes for GRPO (Search-R1 tags; DESIGN §4 "StepGap"), run by procrl's own `rollout_func`.
 
+Two backends share one protocol (the turn loop is `procrl.trainers.search_turns.run_episodes`): `run` generates
+with transformers `generate`, `run_vllm` with a `procrl.generation.VLLMEngine`.
+
 `ProcessRollout(env=SearchEnvironment(retriever, topk=3, max_turns=4))` turns every prompt into an episode:
 
 1. the policy generates until `</search>`, `</answer>`, EOS or the token budget (`max_completion_length`, which
@@ -28,22 +31,21 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
 from procrl.deprecation import moved_names
-from procrl.generation import generate_completions
+from procrl.generation import SamplingParams, derive_seed, generate_completions
 from procrl.retrieval import Passage, Retriever, format_passages
-from procrl.rewards.stepgap import trace as stepgap_trace
-from procrl.rewards.stepgap.trace import Trace, parse_trace, with_token_spans
 from procrl.rewards.steps import token_char_offsets
+from procrl.trainers.search_turns import SearchEpisodes, Turn, run_episodes
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings"]
+__all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings", "draws_raw_distribution"]
 
 # `question_from_prompt` moved to procrl.rewards.stepgap.trace (the reward parses prompts too); the old path works for
 # one release
@@ -73,15 +75,20 @@ class StopOnStrings(StoppingCriteria):
         return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
 
 
-@dataclass
-class SearchEpisodes:
-    """Per-episode results (B entries each); ids, masks and log-probs are aligned token by token."""
+# vLLM sampling fields that leave the distribution raw at these values (any other field counts as changing it)
+NEUTRAL_VLLM_FIELDS = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
 
-    completion_ids: list[list[int]]
-    env_mask: list[list[int]]
-    logprobs: list[list[float]]
-    completion_logps: list[list[float]]
-    search_trace: list[Trace]
+
+def draws_raw_distribution(sampling: SamplingParams, extra: dict | None = None) -> bool:
+    """True when vLLM samples from the raw model distribution: T = 1, top_p = 1, top_k = 0, no min_new_tokens,
+    and every `extra` vLLM field at its neutral value (`NEUTRAL_VLLM_FIELDS`; None counts as neutral). vLLM's
+    processed log-probs are the raw ones then: they are the log_softmax after the logits processors (min_tokens,
+    penalties, min_p), temperature and top-k/top-p (vllm/v1/sample/sampler.py:98-103, 274-290;
+    vllm/v1/sample/ops/topk_topp_sampler.py:163-167), all the identity at these values."""
+    neutral = all(
+        k in NEUTRAL_VLLM_FIELDS and (v is None or float(v) == NEUTRAL_VLLM_FIELDS[k]) for k, v in (extra or {}).items()
+    )
+    return sampling.samples_raw_distribution and sampling.min_new_tokens == 0 and neutral
 
 
 @dataclass
@@ -135,33 +142,12 @@ class SearchEnvironment:
             max_completion_length: token budget of a completion, model + environment tokens.
             pad_token_id, eos_ids, logprobs_temperature, device: as `generate_completions`.
         """
-        n = len(prompt_ids)
-        ids: list[list[int]] = [[] for _ in range(n)]
-        mask: list[list[int]] = [[] for _ in range(n)]
-        lps: list[list[float]] = [[] for _ in range(n)]
-        raw: list[list[float]] = [[] for _ in range(n)]
-        retrieved: list[list[list[Passage]]] = [[] for _ in range(n)]
-        questions = [stepgap_trace.question_from_prompt(p) for p in prompts]
-        done = [False] * n
-        eos = int(eos_ids[0])
+        eos_ids = [int(t) for t in eos_ids]
 
-        def append(i: int, new_ids, new_mask, new_lp, new_raw) -> bool:
-            """Append within the budget; True when the budget is now spent."""
-            room = max_completion_length - len(ids[i])
-            ids[i] += list(new_ids)[:room]
-            mask[i] += list(new_mask)[:room]
-            lps[i] += list(new_lp)[:room]
-            raw[i] += list(new_raw)[:room]
-            return len(ids[i]) >= max_completion_length
-
-        while True:
-            active = [i for i in range(n) if not done[i]]
-            if not active:
-                break
-            inputs = [list(prompt_ids[i]) + ids[i] for i in active]
-            width = max(len(x) for x in inputs)
+        def generate_turns(rows: list[int], inputs: list[list[int]], budgets: list[int], turn: int) -> list[Turn]:
             config = copy.deepcopy(generation_config)
-            config.max_new_tokens = max(max_completion_length - len(ids[i]) for i in active)
+            config.max_new_tokens = max(budgets)  # rows with less room are cut to it by `run_episodes`
+            width = max(len(x) for x in inputs)
             stop = StoppingCriteriaList([StopOnStrings(tokenizer, self.stop_strings, prompt_width=width)])
             out = generate_completions(
                 model,
@@ -173,52 +159,79 @@ class SearchEnvironment:
                 device=device,
                 stopping_criteria=stop,
             )
-            queries: dict[int, str] = {}
-            for row, i in enumerate(active):
-                turn = self._cut_at_stop(tokenizer, out.completion_ids[row])
-                spent = append(
-                    i, turn, [1] * len(turn), out.logprobs[row][: len(turn)], out.completion_logps[row][: len(turn)]
-                )
-                ended_by_eos = bool(turn) and turn[-1] in eos_ids
-                if spent or ended_by_eos or not turn:
-                    done[i] = True
-                    continue
-                trace = parse_trace(questions[i], tokenizer.decode(ids[i], skip_special_tokens=True), retrieved[i])
-                last = trace.steps[-1] if trace.steps else None
-                runs = (
-                    last is not None
-                    and last.kind == "inference"
-                    and not last.malformed
-                    and last.query is not None
-                    and not last.retrieved
-                    and trace.answer is None
-                    and not any(s.kind == "conclusion" for s in trace.steps)
-                    and len(retrieved[i]) < self.max_turns
-                )
-                if runs:
-                    queries[i] = last.query
-                else:  # an answer, or a search that does not run: the episode ends with an environment EOS
-                    append(i, [eos], [0], [0.0], [0.0])
-                    done[i] = True
-            if queries:
-                order = list(queries)
-                results = self.retriever.search([queries[i] for i in order], topk=self.topk)
-                for i, passages in zip(order, results, strict=True):
-                    retrieved[i].append(list(passages))
-                    info = tokenizer(self.information(passages), add_special_tokens=False)["input_ids"]
-                    if append(i, info, [0] * len(info), [0.0] * len(info), [0.0] * len(info)):
-                        done[i] = True  # the information block used up the budget: truncated
+            turns = []
+            for k in range(len(rows)):
+                cut = self._cut_at_stop(tokenizer, out.completion_ids[k])
+                turns.append(Turn(cut, out.logprobs[k][: len(cut)], out.completion_logps[k][: len(cut)]))
+            return turns
 
-        traces = []
-        for i in range(n):
-            text, spans = token_char_offsets(ids[i], tokenizer)
-            trace = with_token_spans(parse_trace(questions[i], text, retrieved[i]), spans)
-            executed = sum(1 for s in trace.steps if s.kind == "inference" and s.retrieved)
-            if executed != sum(1 for r in retrieved[i] if r):
-                logger.warning("episode %d: the parsed trace has %d executed searches, the environment ran %d", i,
-                               executed, len(retrieved[i]))  # fmt: skip
-            traces.append(trace)
-        return SearchEpisodes(ids, mask, lps, raw, traces)
+        return run_episodes(
+            self, tokenizer, prompts, prompt_ids, generate_turns, max_completion_length=max_completion_length,
+            eos_ids=eos_ids,
+        )  # fmt: skip
+
+    def run_vllm(
+        self,
+        engine,
+        tokenizer,
+        prompts: Sequence,
+        prompt_ids: Sequence[Sequence[int]],
+        sampling: SamplingParams,
+        *,
+        max_completion_length: int,
+        seed: int,
+        extra: dict | None = None,
+    ) -> SearchEpisodes:
+        """Run one episode per prompt on a vLLM engine (batched turn by turn); the protocol of `run`.
+
+        Each turn feeds vLLM token ids (the prompt's ids + every completion id so far, model and environment
+        tokens; text is never re-tokenized) and one `vllm.SamplingParams` per live row: `sampling` with
+        `max_new_tokens` = the row's remaining budget, the environment's stop strings, and the seed
+        `derive_seed(seed, row, turn)`, so a row's episode does not depend on which rows share its batch.
+
+        Args:
+            engine: a `procrl.generation.VLLMEngine` (or anything with its `logprobs_mode`, `eos_ids`,
+                `vllm_params` and `sample`).
+            tokenizer: the policy's tokenizer (decodes turns, encodes information blocks).
+            prompts: the prompts as TRL passed them (questions for the traces).
+            prompt_ids: token ids of each rendered prompt (B lists).
+            sampling: procrl `SamplingParams` (temperature, top_p, top_k; `max_new_tokens` and `stop` are set per
+                turn; `min_new_tokens` applies to each turn, capped at its budget).
+            max_completion_length: token budget of a completion, model + environment tokens.
+            seed: the batch seed.
+            extra: further `vllm.SamplingParams` fields (`min_p`, `repetition_penalty`, ...).
+
+        Returns:
+            `SearchEpisodes`. `logprobs` are vLLM's sampled-token log-probs (natural log) in
+            `engine.logprobs_mode`: raw (T = 1) with "raw_logprobs", the sampler's (after temperature, top-p, ...)
+            with "processed_logprobs" (TRL's colocate engine). `completion_logps` are the same values when they are
+            raw (raw mode, or a sampler that draws from the raw distribution: see `draws_raw_distribution`), else
+            None: the caller then rescores the completions once (`engine.rescore`).
+        """
+        extra = dict(extra or {})
+        raw = engine.logprobs_mode == "raw_logprobs" or draws_raw_distribution(sampling, extra)
+
+        def generate_turns(rows: list[int], inputs: list[list[int]], budgets: list[int], turn: int) -> list[Turn]:
+            params = [
+                engine.vllm_params(
+                    replace(
+                        sampling,
+                        max_new_tokens=budget,
+                        min_new_tokens=min(sampling.min_new_tokens, budget),
+                        stop=self.stop_strings,
+                    ),
+                    seed=derive_seed(seed, row, turn),
+                    **extra,
+                )
+                for row, budget in zip(rows, budgets, strict=True)
+            ]
+            sampled = engine.sample(inputs, params, stop=self.stop_strings)
+            return [Turn(ids, logps, logps if raw else None) for ids, logps, _ in sampled]
+
+        return run_episodes(
+            self, tokenizer, prompts, prompt_ids, generate_turns, max_completion_length=max_completion_length,
+            eos_ids=engine.eos_ids, keep_raw=raw,
+        )  # fmt: skip
 
     def _cut_at_stop(self, tokenizer, turn_ids: list[int]) -> list[int]:
         """Cut a generated turn after the token that completes the first stop string (sampled ids, never
