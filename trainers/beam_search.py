@@ -1,7 +1,9 @@
 """Step-level beam search guided by a PUM (the library of `procrl beam`; DESIGN §4 "PUM" Beam search).
 
-Every unfinished beam is extended by `expand` sampled next steps (generation stops after the step separator
-"\\n\\n", at EOS, or after `max_step_tokens`); the finished beams and all new candidates compete and the `beams`
+Every unfinished beam is extended by `expand` sampled next steps, drawn by the policy's rollout engine
+(`generation_backend`: auto = vLLM wherever it imports, else transformers) from the prompt followed by the beam's
+ids: generation stops after the step separator ("\\n\\n"; one inside a `$$` or code block does not end a step, so
+such a row is continued), at EOS, or after `max_step_tokens`; the finished beams and all new candidates compete and the `beams`
 with the highest U(x, prefix) are kept. A beam is finished when it ends with EOS, its last step states an answer
 (`extract_answer`), or it reached `max_new_tokens`. The search stops when every kept beam is finished or after
 `max_steps` rounds; the answer is the best finished beam by U (the best beam when none finished).
@@ -11,19 +13,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-import torch
 from tqdm.auto import tqdm
-from transformers import StoppingCriteriaList
 
-from procrl.generation import generate_completions
+from procrl.generation import RolloutEngine, SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.rewards.steps import split_steps, token_steps
-from procrl.trainers.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_config, write_report
+from procrl.trainers.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_params, write_report
 
-__all__ = ["Beam", "BeamConfig", "run_beam"]
+__all__ = ["Beam", "BeamConfig", "run_beam", "sample_steps"]
 
 
 @dataclass
@@ -66,17 +67,50 @@ class Beam:
     finished: bool = False
 
 
-class _StopAfterStep:
-    """`StoppingCriteria`: a row stops once its generated text holds a complete step (a separator, then more text
-    would start a new step: `split_steps(text + "x")` has two steps). Separators in `$$`/code blocks don't count."""
+def _holds_a_step(text: str, separator: str) -> bool:
+    """True once `text` holds a complete step: a separator after which more text would start a new step
+    (`split_steps(text + "x")` has two steps; separators inside `$$` or code blocks don't count)."""
+    return len(split_steps(text + "x", separator)) >= 2
 
-    def __init__(self, tokenizer, prompt_width: int, separator: str):
-        self.tokenizer, self.prompt_width, self.separator = tokenizer, prompt_width, separator
 
-    def __call__(self, input_ids, scores=None, **kwargs):
-        texts = self.tokenizer.batch_decode(input_ids[:, self.prompt_width :], skip_special_tokens=True)
-        done = [len(split_steps(t + "x", self.separator)) >= 2 for t in texts]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
+def sample_steps(
+    engine: RolloutEngine,
+    inputs: Sequence[Sequence[int]],
+    params: SamplingParams,
+    *,
+    seed: int,
+    separator: str,
+    tokenizer,
+) -> list[list[int]]:
+    """One sampled next step per row of `inputs` (prompt + beam ids): its ids `(L_i,)`, L_i <= `params.max_new_tokens`.
+
+    `engine.generate(..., stop=(separator,))` ends a row at the first separator, but one inside a `$$` or code block
+    ends no step: such rows are continued (prompt + ids so far, the remaining token budget, a seed derived from
+    `seed` and the round) until their text holds a complete step, they end with EOS, or the budget is spent. The
+    ids are the engine's (never re-encoded); the caller cuts them to the first step (`_first_step`).
+    """
+    stop_params = SamplingParams(**{**params.to_dict(), "stop": (separator,)})
+    ids: list[list[int]] = [[] for _ in inputs]
+    pending = list(range(len(inputs)))
+    round_ = 0
+    while pending:
+        by_budget: dict[int, list[int]] = {}
+        for i in pending:
+            by_budget.setdefault(stop_params.max_new_tokens - len(ids[i]), []).append(i)
+        pending = []
+        for budget, rows in sorted(by_budget.items(), reverse=True):
+            call = SamplingParams(**{**stop_params.to_dict(), "max_new_tokens": budget})
+            rollouts = engine.generate(
+                [list(inputs[i]) + ids[i] for i in rows], call, seed=derive_seed(seed, round_, budget)
+            )
+            for i, r in zip(rows, rollouts, strict=True):
+                ids[i] += r.token_ids
+                text = tokenizer.decode(ids[i], skip_special_tokens=True)
+                if r.finish_reason == "stop" and len(ids[i]) < stop_params.max_new_tokens:
+                    if not _holds_a_step(text, separator):
+                        pending.append(i)
+        round_ += 1
+    return ids
 
 
 def _first_step(ids: list[int], tokenizer, separator: str) -> list[int]:
@@ -97,10 +131,7 @@ def run_beam(config: BeamConfig) -> dict:
     tok = s.tokenizer
     pum = load_pum(config)
     separator = pum.separator
-    # Rows stopped by the step criterion are filled with the config's pad id: it must differ from every EOS id,
-    # or a stopped step would look like a finished solution (pad == eos for SmolLM2).
-    pad = next(i for i in range(len(tok)) if i not in s.eos_ids)
-    gen_config = sampling_config(config, pad, s.eos_ids, config.max_step_tokens)
+    params = sampling_params(config, config.max_step_tokens)
     problems = [row["question"] for row in s.dataset]
     beams: list[list[Beam]] = [[Beam([], [])] for _ in s.dataset]
     rounds = 0
@@ -112,20 +143,14 @@ def run_beam(config: BeamConfig) -> dict:
         requests = [(p, b) for p, b in active for _ in range(config.expand)]
         inputs = [s.prompt_ids[p] + b.ids for p, b in requests]
         new_ids: list[list[int]] = []
-        for start in range(0, len(inputs), config.batch_size):
-            batch = inputs[start : start + config.batch_size]
-            width = max(len(x) for x in batch)
-            stop = StoppingCriteriaList([_StopAfterStep(tok, width, separator)])
-            out = generate_completions(
-                s.model, batch, gen_config, pad_token_id=pad, eos_ids=s.eos_ids, return_logprobs=False,
-                device=s.device, stopping_criteria=stop,
+        for call, start in enumerate(range(0, len(inputs), config.batch_size)):
+            new_ids += sample_steps(
+                s.engine, inputs[start : start + config.batch_size], params,
+                seed=derive_seed(config.seed, "beam", rounds, call), separator=separator, tokenizer=s.engine.tokenizer,
             )  # fmt: skip
-            new_ids += out.completion_ids
         candidates: list[list[Beam]] = [[b for b in row if b.finished] for row in beams]
         seen = [{tuple(b.ids) for b in row} for row in candidates]
         for (p, parent), ids in zip(requests, new_ids, strict=True):
-            while ids and ids[-1] == pad:  # filler after a stopped row
-                ids = ids[:-1]
             ids = _first_step(ids, tok, separator)
             full = parent.ids + ids
             if not ids or tuple(full) in seen[p]:

@@ -1,13 +1,15 @@
 """Offline FRS of a model on a benchmark (DESIGN §4 "FRS"): the library behind `procrl frs`.
 
-`run_frs(args)` samples `args.n` traces per problem (temperature 0.7, no top-p/top-k by default) with procrl's
-batched generation, takes each trace's tail confidence from the generation's own raw logits, judges the traces FRS
+`run_frs(args)` samples `args.n` traces per problem (temperature 0.7, no top-p/top-k by default) with a
+`procrl.generation` rollout engine (`generation_backend`: auto = vLLM wherever it imports, else transformers),
+takes each trace's tail confidence from the sampler's own raw (T = 1) log-probs, judges the traces FRS
 needs (`procrl.rewards.frs.plan_judging`) and writes into `args.output_dir`:
 
 - `frs.json`: the report (FRS@K, accuracies, selection gain, counts, judge statistics), the settings, wall times
   and every trace (text, confidence, correctness, scores);
 - `traces.jsonl`: the sampled traces, written chunk by chunk (`generate_traces_resumable`); an interrupted run
-  started again with the same settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
+  started again with the same settings and engine resumes from it, and a rerun (e.g. with another judge) generates
+  nothing;
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
   incorrect traces (`plot_frs`).
 
@@ -24,8 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from transformers import GenerationConfig
-
+from procrl.generation import SamplingParams
 from procrl.judges import judge_options, open_judge
 from procrl.rewards.frs import FRSConfig, compute_frs
 from procrl.trainers.frs_traces import generate_traces_resumable
@@ -47,8 +48,8 @@ class OfflineFRSConfig(OfflineSamplingConfig):
 
     Raises:
         ValueError: (on construction) `k_values` is not comma-separated numbers; `n`, `batch_size` or
-            `max_new_tokens` < 1 or `temperature` <= 0; or the FRS settings are invalid (`FRSConfig`: K values are
-            percentages in (0, 100], ...).
+            `max_new_tokens` < 1 or `temperature` <= 0; the FRS settings are invalid (`FRSConfig`: K values are
+            percentages in (0, 100], ...); or a bad `generation_backend` / `vllm_kv_cache_gib`.
     """
 
     # the shared fields whose default or help differs from `OfflineSamplingConfig` (they keep its field order)
@@ -92,6 +93,9 @@ class OfflineFRSConfig(OfflineSamplingConfig):
 
     def __post_init__(self) -> None:
         self.frs_config()  # raises on invalid settings, with procrl frs's messages (not OfflineSamplingConfig's)
+        problems = self.engine_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
 
     def k_value_list(self) -> tuple[float, ...]:
         """`k_values` parsed ("10,20" -> (10.0, 20.0); empty items skipped)."""
@@ -131,35 +135,27 @@ def run_frs(args: OfflineFRSConfig) -> dict:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    setup = load_setup(args)  # the problems, the float32 policy, its left-padding tokenizer and EOS ids
-    dataset, model, tokenizer, eos_ids = setup.dataset, setup.model, setup.tokenizer, setup.eos_ids
-    generation_config = GenerationConfig(
-        do_sample=True,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        top_k=args.top_k,
-        max_new_tokens=args.max_new_tokens,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=eos_ids,
+    setup = load_setup(args)  # the problems and the policy's float32 rollout engine
+    dataset, engine = setup.dataset, setup.engine
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens
     )
     t_gen = time.perf_counter()
     traces = generate_traces_resumable(
         out / "traces.jsonl",
         {key: getattr(args, key) for key in TRACE_SETTINGS},
-        model,
-        tokenizer,
+        engine,
         dataset,
         n_traces=args.n,
-        generation_config=generation_config,
-        eos_ids=eos_ids,
+        params=params,
         batch_size=args.batch_size,
         tail_fraction=config.tail_fraction,
         seed=args.seed,
-        device=setup.device,
         progress=not args.no_progress,
     )
     generation_s = time.perf_counter() - t_gen
-    del model, setup  # free the memory before a local judge server loads its own copy
+    traces_engine = engine.cache_key()
+    del engine, setup  # free the memory before a local judge server loads its own copy
 
     t_judge = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -188,6 +184,8 @@ def run_frs(args: OfflineFRSConfig) -> dict:
             "judge_timeout_s": args.judge_timeout,
             "batch_size": args.batch_size,
             "prompt_template": args.prompt_template,
+            "generation_backend": args.generation_backend,
+            "engine": traces_engine,
             "frs": asdict(config),
         },
         "report": report.to_dict(),

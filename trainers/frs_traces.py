@@ -1,10 +1,15 @@
 """FRS traces: sample completions of a policy with their tail confidences and final-answer correctness.
 
-`generate_traces` is the sampler of both FRS measurements: the training callback (`procrl.trainers.frs_callback`,
-live policy, GRPO's sampling settings) and `procrl frs` (offline, through `generate_traces_resumable`, which
-writes the traces chunk by chunk so that an interrupted run resumes where it stopped). Generation is
-`procrl.generation.generate_completions` (left padding, KV cache, cut after the first EOS), and each trace's
-confidence comes from that generation's own raw logits (`completion_logps`, T = 1): no second forward pass.
+Two samplers, one `Trace` per completion:
+
+- `generate_traces`: the training callback's (`procrl.trainers.frs_callback`, the live policy, GRPO's sampling
+  settings), `procrl.generation.generate_completions` (left padding, KV cache, cut after the first EOS); each
+  trace's confidence comes from that generation's own raw logits (`completion_logps`, T = 1);
+- `engine_traces` / `generate_traces_resumable`: `procrl frs`'s (offline), through a `procrl.generation` rollout
+  engine (vLLM or transformers), whose `Rollout.logprobs` are raw (T = 1) as well; the resumable form writes the
+  traces chunk by chunk so that an interrupted run resumes where it stopped.
+
+No second forward pass in either.
 """
 
 from __future__ import annotations
@@ -17,14 +22,21 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from procrl.generation import eos_token_ids, generate_completions, render_prompts
+from procrl.generation import (
+    RolloutEngine,
+    SamplingParams,
+    derive_seed,
+    eos_token_ids,
+    generate_completions,
+    render_prompts,
+)
 from procrl.rewards.frs import Trace, tail_confidence_from_logps
 from procrl.rewards.outcome import is_correct
 from procrl.utils import get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
 
-__all__ = ["generate_traces", "generate_traces_resumable"]
+__all__ = ["engine_traces", "generate_traces", "generate_traces_resumable"]
 
 
 def generate_traces(
@@ -87,18 +99,7 @@ def generate_traces(
             for (row_index, row), ids, logps, text in zip(
                 chunk, out.completion_ids, out.completion_logps, texts, strict=True
             ):
-                gold = row.get("answer")
-                traces.append(
-                    Trace(
-                        problem_id=str(row.get("problem_id") or f"row/{row_index}"),
-                        problem=row.get("question") or prompt_to_text(row["prompt"]),
-                        completion=text,
-                        gold=None if gold is None else str(gold),
-                        correct=is_correct(text, gold),
-                        confidence=tail_confidence_from_logps(logps, tail_fraction),
-                        num_tokens=len(ids),
-                    )
-                )
+                traces.append(_trace(row_index, row, text, logps, len(ids), tail_fraction))
             bar.update(len(chunk))
     finally:
         bar.close()
@@ -106,43 +107,97 @@ def generate_traces(
     return traces
 
 
-def generate_traces_resumable(
-    path: str | Path,
-    settings: Mapping[str, Any],
-    model,
-    tokenizer,
+def _trace(
+    row_index: int, row: dict[str, Any], text: str, logps: Sequence[float], num_tokens: int, tail_fraction: float
+):
+    gold = row.get("answer")
+    return Trace(
+        problem_id=str(row.get("problem_id") or f"row/{row_index}"),
+        problem=row.get("question") or prompt_to_text(row["prompt"]),
+        completion=text,
+        gold=None if gold is None else str(gold),
+        correct=is_correct(text, gold),
+        confidence=tail_confidence_from_logps(logps, tail_fraction),
+        num_tokens=num_tokens,
+    )
+
+
+def engine_traces(
+    engine: RolloutEngine,
     rows: Sequence[dict[str, Any]],
     *,
     n_traces: int,
-    generation_config,
-    eos_ids: Sequence[int] | None,
+    params: SamplingParams,
+    seed: int,
+    tail_fraction: float = 0.1,
+    chat_template_kwargs: dict | None = None,
+    first_row_index: int = 0,
+) -> list[Trace]:
+    """Sample `n_traces` completions per problem with one `engine.generate(..., seed=seed)` call and turn each into
+    a `Trace` (confidence: FRS tail confidence of the rollout's raw (T = 1) log-probs; correctness:
+    `is_correct` against the `answer` column; `first_row_index` names problems without a `problem_id`).
+
+    Returns:
+        `len(rows) * n_traces` traces, problem by problem, traces of one problem in sampling order.
+
+    Raises:
+        ValueError: `n_traces` below 1.
+    """
+    if n_traces < 1:
+        raise ValueError(f"n_traces must be >= 1, got {n_traces}")
+    prompt_ids = render_prompts(engine.tokenizer, [row["prompt"] for row in rows], chat_template_kwargs)
+    rollouts = engine.generate([ids for ids in prompt_ids for _ in range(n_traces)], params, seed=seed)
+    jobs = [(first_row_index + i, row) for i, row in enumerate(rows) for _ in range(n_traces)]
+    return [
+        _trace(index, row, r.text, r.logprobs, len(r.token_ids), tail_fraction)
+        for (index, row), r in zip(jobs, rollouts, strict=True)
+    ]
+
+
+def generate_traces_resumable(
+    path: str | Path,
+    settings: Mapping[str, Any],
+    engine: RolloutEngine,
+    rows: Sequence[dict[str, Any]],
+    *,
+    n_traces: int,
+    params: SamplingParams,
     batch_size: int,
     tail_fraction: float,
     seed: int,
-    device: torch.device | str | None = None,
     progress: bool = True,
 ) -> list[Trace]:
     """Sample the traces in chunks of problems, appending each chunk to the JSONL file `path` (`traces.jsonl`).
 
-    Each chunk (`batch_size // n_traces` problems, at least one) is seeded with `seed + chunk index`
-    (`torch.manual_seed`), so a run interrupted and started again with the same settings reuses the finished chunks
-    and produces exactly the traces of an uninterrupted run; a rerun with the same settings (e.g. with another
-    judge) generates nothing. The first line of the file holds `settings` plus `problems` and `tail_fraction`; a
-    file with other settings is replaced, and the lines of a chunk cut mid-write are dropped.
+    Each chunk (`batch_size // n_traces` problems, at least one) is one `engine_traces` call seeded with
+    `derive_seed(seed, chunk index)`, so a run interrupted and started again with the same settings reuses the
+    finished chunks and produces exactly the traces of an uninterrupted run (the same engine on the same machine);
+    a rerun with the same settings (e.g. with another judge) generates nothing. The first line of the file holds
+    `settings` plus `problems`, `tail_fraction` and the engine's `cache_key()` (a vLLM trace is never reused as a
+    transformers one); a file with other settings is replaced, and the lines of a chunk cut mid-write are dropped.
 
     Args:
         path: the JSONL file (its folder must exist).
         settings: what makes two runs the same (JSON values: model, data slice, sampling settings, seed, ...).
-        model, tokenizer, rows, n_traces, generation_config, eos_ids, batch_size, tail_fraction, device: as for
-            `generate_traces` (`batch_size` completions per `generate` call).
+        engine: the rollout engine (`procrl.generation.make_engine`).
+        rows: problems in procrl's data schema (`prompt`, `answer`; `problem_id` and `question` used when present).
+        n_traces: completions per problem.
+        params: the sampling settings (`max_new_tokens`, temperature, top-p, top-k).
+        batch_size: completions per chunk (and per `generate` call of the transformers engine).
+        tail_fraction: FRS tail share (0.1).
         seed: base seed of the chunks.
         progress: show one progress bar over all traces.
 
     Returns:
-        `len(rows) * n_traces` traces, problem by problem, as `generate_traces` orders them.
+        `len(rows) * n_traces` traces, problem by problem, traces of one problem in sampling order.
+
+    Raises:
+        ValueError: `n_traces` or `batch_size` below 1.
     """
+    if n_traces < 1 or batch_size < 1:
+        raise ValueError(f"n_traces and batch_size must be >= 1, got {n_traces} and {batch_size}")
     path = Path(path)
-    settings = {**settings, "problems": len(rows), "tail_fraction": tail_fraction}
+    settings = {**settings, "problems": len(rows), "tail_fraction": tail_fraction, "engine": engine.cache_key()}
     per_chunk = max(1, batch_size // n_traces)  # problems per chunk
     traces: list[Trace] = []
     if path.is_file():
@@ -161,18 +216,14 @@ def generate_traces_resumable(
     for chunk, lo in enumerate(range(0, len(rows), per_chunk)):
         if lo < done:
             continue
-        torch.manual_seed(seed + chunk)
-        new = generate_traces(
-            model,
-            tokenizer,
+        new = engine_traces(
+            engine,
             rows[lo : lo + per_chunk],
             n_traces=n_traces,
-            generation_config=generation_config,
-            eos_ids=eos_ids,
-            batch_size=batch_size,
+            params=params,
+            seed=derive_seed(seed, chunk),
             tail_fraction=tail_fraction,
-            device=device,
-            progress=False,
+            first_row_index=lo,
         )
         with path.open("a") as handle:
             handle.writelines(json.dumps(json_safe(t.to_dict())) + "\n" for t in new)

@@ -3,10 +3,13 @@
 
 Their settings (`OfflineSamplingConfig`: the policy, the problem slice and sampling, the base of `OfflineFRSConfig`
 of `procrl frs`; `OfflineConfig` adds the PUM, parsed by `TrlParser` in `procrl/scripts/select.py` and
-`procrl/scripts/beam.py`), loading the problems, the policy and its tokenizer (`load_setup`), the sampling
-`GenerationConfig`, the PUM, the accuracy of one pick per problem with a 95% Wilson interval, the accuracy table and
-the JSON report. Problems whose gold answer cannot be parsed are left out of the accuracy (their `correct` entry is
-None).
+`procrl/scripts/beam.py`), loading the problems, the policy's rollout engine and its tokenizer (`load_setup`), the
+sampling settings (`sampling_params`), the PUM, the accuracy of one pick per problem with a 95% Wilson interval, the
+accuracy table and the JSON report. Problems whose gold answer cannot be parsed are left out of the accuracy (their
+`correct` entry is None).
+
+Every command samples through a `procrl.generation` rollout engine (`generation_backend`: "auto" = vLLM wherever it
+imports, else transformers `generate`), whose `Rollout.logprobs` are raw (T = 1) natural-log probabilities.
 """
 
 from __future__ import annotations
@@ -17,10 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from procrl.data_builders.datasets import load_math_dataset, resolve_template
-from procrl.generation import eos_token_ids, render_prompts, weights_fingerprint
+from procrl.generation import (
+    RolloutEngine,
+    SamplingParams,
+    TransformersEngine,
+    make_engine,
+    render_prompts,
+    weights_fingerprint,
+)
+from procrl.generation.engines import ENGINES
 from procrl.models import resolve_model
 from procrl.rewards.pum import PrefixUtilityModel
 from procrl.trainers.evaluation import wilson_interval
@@ -36,7 +47,7 @@ __all__ = [
     "format_accuracy_table",
     "load_pum",
     "load_setup",
-    "sampling_config",
+    "sampling_params",
     "write_report",
 ]
 
@@ -49,7 +60,8 @@ class OfflineSamplingConfig:
     (`procrl frs`) overrides some defaults and help texts and validates with its own messages.
 
     Raises:
-        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, or `temperature` <= 0.
+        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, `temperature` <= 0, a
+            `generation_backend` not in auto/vllm/transformers, or `vllm_kv_cache_gib` <= 0.
     """
 
     model: str = field(default="default", metadata={"help": "policy name or path ('default' = embedded SmolLM2-135M)"})
@@ -66,6 +78,15 @@ class OfflineSamplingConfig:
     batch_size: int = field(default=32, metadata={"help": "sequences per generate / scoring call"})
     seed: int = field(default=0, metadata={"help": "sampling seed and random-selection seed"})
     device: str | None = field(default=None, metadata={"help": "torch device (None: cuda if available, else cpu)"})
+    generation_backend: str = field(
+        default="auto",
+        metadata={
+            "help": "sampling engine: 'auto' (vLLM wherever it imports, else transformers), 'vllm' or 'transformers'"
+        },
+    )
+    vllm_kv_cache_gib: float | None = field(
+        default=None, metadata={"help": "vLLM's KV cache on CPU, in GiB (None: 1 GiB; ignored on GPU)"}
+    )
     no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
 
     def __post_init__(self) -> None:
@@ -80,7 +101,19 @@ class OfflineSamplingConfig:
                 f"--batch-size ({self.batch_size}) and --max-new-tokens ({self.max_new_tokens}) must be >= 1 and "
                 f"--temperature ({self.temperature}) > 0 (e.g. --batch-size 32 --max-new-tokens 256 --temperature 0.7)"
             ]
-        return []
+        return self.engine_problems()
+
+    def engine_problems(self) -> list[str]:
+        """What is wrong with `generation_backend` and `vllm_kv_cache_gib` (empty when they are fine)."""
+        problems = []
+        if self.generation_backend not in ENGINES:
+            problems.append(
+                f"--generation-backend must be one of {', '.join(ENGINES)}, got {self.generation_backend!r} "
+                "(auto = vLLM wherever it imports)"
+            )
+        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
+            problems.append(f"--vllm-kv-cache-gib must be > 0 GiB (e.g. 1), got {self.vllm_kv_cache_gib}")
+        return problems
 
     def settings(self) -> dict[str, Any]:
         """The settings as the report records them: every field but `no_progress`, in field order."""
@@ -102,21 +135,44 @@ class OfflineConfig(OfflineSamplingConfig):
 
 @dataclass
 class Setup:
-    """The loaded problems (one dict per row of `load_math_dataset`), the policy in eval mode, its left-padding
-    tokenizer, its EOS ids and the rendered prompt ids (one list per problem)."""
+    """The loaded problems (one dict per row of `load_math_dataset`), the policy's rollout engine, its tokenizer
+    (left padding, pad = EOS when it has none), its EOS ids and the rendered prompt ids (one list per problem).
+
+    `model` is the policy as a transformers model in eval mode (float32, on `device`), for the scorers that
+    teacher-force it (PiCSAR): the engine's own model with the transformers engine, else loaded on first use.
+    """
 
     dataset: list[dict]
-    model: Any
+    engine: RolloutEngine
     tokenizer: Any
     eos_ids: list[int]
     prompt_ids: list[list[int]]
     device: str
     model_key: str  # resolved path + fingerprint of the weight files (changes when a checkpoint is rewritten)
+    model_path: str = ""
+    _model: Any = field(default=None, repr=False)
+
+    @property
+    def model(self):
+        if self._model is None:
+            if isinstance(self.engine, TransformersEngine):
+                self._model = self.engine.model
+            else:
+                self._model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
+                self._model = self._model.to(self.device).eval()
+        return self._model
 
 
 def load_setup(config: OfflineSamplingConfig) -> Setup:
-    """Load the data slice `[start, end)` (end < 0: all), the policy (float32, on `device` or cuda if available)
-    and its tokenizer (pad = EOS when it has none), render the prompts and seed torch with `seed`."""
+    """Load the data slice `[start, end)` (end < 0: all), the policy's rollout engine (float32; `make_engine` with
+    `config.generation_backend`, on `device`, or cuda if available, for transformers; vLLM's platform for vLLM) and
+    its tokenizer (pad = EOS when it has none), render the prompts and seed torch with `seed` (after the engine is
+    built: an in-process vLLM engine seeds the global RNGs).
+
+    Raises:
+        ImportError: `generation_backend="vllm"` and vLLM cannot be imported (the message says how to fix it).
+        ValueError: a vLLM build that cannot run on `device`.
+    """
     dataset = load_math_dataset(
         config.dataset,
         split=config.split,
@@ -128,28 +184,27 @@ def load_setup(config: OfflineSamplingConfig) -> Setup:
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model(config.model)
     model_key = f"{Path(str(path)).resolve() if Path(str(path)).exists() else path}:{weights_fingerprint(path)}"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    eos_ids = eos_token_ids(tokenizer, model.generation_config)
+    engine = make_engine(
+        str(path),
+        engine=config.generation_backend,
+        device=config.device if config.generation_backend != "transformers" else device,
+        dtype="float32",
+        batch_size=config.batch_size,
+        tokenizer=tokenizer,
+        kv_cache_gib=config.vllm_kv_cache_gib,
+    )
     prompt_ids = render_prompts(tokenizer, [row["prompt"] for row in rows])
     torch.manual_seed(config.seed)
-    return Setup(rows, model, tokenizer, eos_ids, prompt_ids, device, model_key)
+    return Setup(rows, engine, tokenizer, list(engine.eos_ids), prompt_ids, device, model_key, str(path))
 
 
-def sampling_config(
-    config: OfflineSamplingConfig, pad_token_id: int, eos_ids: list[int], max_new_tokens: int
-) -> GenerationConfig:
-    """Pure temperature / top-p sampling (top-k off) of at most `max_new_tokens` tokens."""
-    return GenerationConfig(
-        do_sample=True,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        top_k=0,
-        max_new_tokens=max_new_tokens,
-        pad_token_id=pad_token_id,
-        eos_token_id=eos_ids,
+def sampling_params(config: OfflineSamplingConfig, max_new_tokens: int, stop: tuple[str, ...] = ()) -> SamplingParams:
+    """Pure temperature / top-p sampling (top-k off) of at most `max_new_tokens` tokens, ending at `stop` strings."""
+    return SamplingParams(
+        temperature=config.temperature, top_p=config.top_p, top_k=0, max_new_tokens=max_new_tokens, stop=stop
     )
 
 

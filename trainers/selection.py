@@ -1,7 +1,8 @@
 """Best-of-N selection with a PUM, PiCSAR, majority vote or a random pick (the library of `procrl select`).
 
-`run_select` samples `n` completions per problem with the policy (procrl's batched generation, the generation's
-own raw log-probs kept for PiCSAR), picks one per scorer and reports the accuracy of the picked completions
+`run_select` samples `n` completions per problem with the policy (a `procrl.generation` rollout engine:
+`generation_backend` auto = vLLM wherever it imports, else transformers; the sampler's raw log-probs kept for
+PiCSAR), picks one per scorer and reports the accuracy of the picked completions
 (DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N). The scorers (`SCORER_FUNCS`, names in `SCORERS`):
 
 - `pum`: argmax_i U(x, y_i) (the PUM's utility of the full completion, trailing EOS stripped);
@@ -12,8 +13,9 @@ own raw log-probs kept for PiCSAR), picks one per scorer and reports the accurac
 
 Several scorers select from the SAME samples. Ties always go to the earliest candidate. The report also holds
 pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one sample. The samples
-(token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun with the same model, data slice and
-sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of sampling.
+(token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun with the same model, engine
+(`RolloutEngine.cache_key()`: a vLLM sample is never reused as a transformers one), data slice and sampling
+settings (e.g. with another scorer, or once a PUM is trained) reads them instead of sampling.
 """
 
 from __future__ import annotations
@@ -31,11 +33,11 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from procrl.generation import generate_completions
+from procrl.generation import derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.rewards.picsar import PiCSARScorer
 from procrl.rewards.pum_rewards import PUMReward
-from procrl.trainers.offline import OfflineConfig, Setup, accuracy, load_pum, load_setup, sampling_config, write_report
+from procrl.trainers.offline import OfflineConfig, Setup, accuracy, load_pum, load_setup, sampling_params, write_report
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -198,7 +200,8 @@ class SelectConfig(OfflineConfig):
 # ----------------------------------------------------------------------------------------------------------
 
 
-# What decides the samples of `procrl select` (the key of its samples file).
+# What decides the samples of `procrl select` (the key of its samples file, with the engine's cache key; batch_size
+# makes the generate calls, hence the seeds).
 SAMPLE_SETTINGS = (
     "model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p", "max_new_tokens",
     "batch_size", "seed",
@@ -247,30 +250,36 @@ def _group(values: list, n: int) -> list[list]:
 
 
 def _sample(config: SelectConfig, s: Setup, samples_path: Path) -> tuple[list, list, bool]:
-    """(ids, log-probs, from the samples file?) of the `n` samples of every problem, problem-major."""
-    tok = s.tokenizer
+    """(ids, log-probs, from the samples file?) of the `n` samples of every problem, problem-major.
+
+    The rows go to `s.engine.generate` in runs of `batch_size` (one call each, seeded with
+    `derive_seed(seed, "select", call index)`), so the samples are a function of the settings and the engine alone.
+    """
     requests = [p for p in s.prompt_ids for _ in range(config.n)]  # problem-major, N consecutive samples each
     samples_key = {
         **{k: getattr(config, k) for k in SAMPLE_SETTINGS},
         "model_key": s.model_key,
+        "engine": s.engine.cache_key(),
         "device": str(s.device),
         "prompts_sha256": hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest(),
     }
     cached = _read_samples(samples_path, samples_key, len(requests))
     if cached is not None:
         logger.info(
-            "select: %d samples read from %s (same model, data and sampling settings)", len(cached[0]), samples_path
+            "select: %d samples read from %s (same model, engine, data and sampling settings)",
+            len(cached[0]),
+            samples_path,
         )
         return *cached, True
-    gen_config = sampling_config(config, tok.pad_token_id, s.eos_ids, config.max_new_tokens)
+    params = sampling_params(config, config.max_new_tokens)
     ids, logps = [], []
-    for start in tqdm(range(0, len(requests), config.batch_size), desc="sampling", disable=config.no_progress):
-        out = generate_completions(
-            s.model, requests[start : start + config.batch_size], gen_config, pad_token_id=tok.pad_token_id,
-            eos_ids=s.eos_ids, device=s.device,
-        )  # fmt: skip
-        ids += out.completion_ids
-        logps += out.completion_logps
+    starts = range(0, len(requests), config.batch_size)
+    for call, start in enumerate(tqdm(starts, desc="sampling", disable=config.no_progress)):
+        rollouts = s.engine.generate(
+            requests[start : start + config.batch_size], params, seed=derive_seed(config.seed, "select", call)
+        )
+        ids += [r.token_ids for r in rollouts]
+        logps += [r.logprobs for r in rollouts]
     _write_samples(samples_path, samples_key, ids, logps)
     return ids, logps, False
 

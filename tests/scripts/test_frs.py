@@ -23,7 +23,7 @@ def test_offline_frs_writes_json_and_plot(tmp_path, tiny_model_dir, capsys):
     code = main([
         "--model", str(tiny_model_dir), "--dataset", "gsm8k", "--start", "0", "--end", "3", "--n", "4",
         "--k", "10", "--max-new-tokens", "6", "--batch-size", "6", "--judge", f"transformers:{tiny_model_dir}",
-        "--judge-max-tokens", "8",
+        "--judge-max-tokens", "8", "--generation-backend", "transformers",
         "--output-dir", str(out), "--no-progress",
     ])  # fmt: skip
     assert code == 0
@@ -45,7 +45,7 @@ def test_offline_frs_writes_json_and_plot(tmp_path, tiny_model_dir, capsys):
     assert "FRS@10: n/a" in capsys.readouterr().out
     # a second run reads nothing from the cache (failures are not cached) and reproduces the same traces
     main(["--model", str(tiny_model_dir), "--end", "3", "--n", "4", "--max-new-tokens", "6", "--batch-size", "6", "--judge", "none",
-          "--output-dir", str(tmp_path / "again"), "--no-progress"])  # fmt: skip
+          "--generation-backend", "transformers", "--output-dir", str(tmp_path / "again"), "--no-progress"])  # fmt: skip
     again = json.loads((tmp_path / "again" / "frs.json").read_text())
     assert [t["completion"] for t in again["traces"]] == [t["completion"] for t in result["traces"]]
     assert again["report"]["n_judged"] == 0 and again["report"]["selection_gain_dropped"] == 0
@@ -67,7 +67,7 @@ def test_bad_arguments_exit_with_2(argv, message, capsys):
 def test_interrupted_generation_resumes_with_the_same_traces(tmp_path, tiny_model_dir):
     out = tmp_path / "run"
     argv = ["--model", str(tiny_model_dir), "--end", "4", "--n", "4", "--max-new-tokens", "5", "--batch-size", "8",
-            "--judge", "none", "--output-dir", str(out), "--no-progress"]  # fmt: skip
+            "--judge", "none", "--output-dir", str(out), "--no-progress", "--generation-backend", "transformers"]  # fmt: skip
     assert main(argv) == 0
     full = [t["completion"] for t in json.loads((out / "frs.json").read_text())["traces"]]
     # Chunks of batch 8 // n 4 = 2 problems: [0, 1], [2, 3]. Simulate a crash after the first chunk plus the lines of

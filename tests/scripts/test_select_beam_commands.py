@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-import procrl.trainers.selection as selection_mod
+from procrl.generation import TransformersEngine
 from procrl.scripts.beam import main as main_beam
 from procrl.scripts.beam import make_parser as make_beam_parser
 from procrl.scripts.select import main as main_select
@@ -31,7 +31,8 @@ def tiny_dirs(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory, tiny_pum_
     return policy, root / "pum", root
 
 
-COMMON = ["--dataset", "svamp", "--start", "0", "--end", "2", "--device", "cpu", "--no-progress", "--batch-size", "8"]
+COMMON = ["--dataset", "svamp", "--start", "0", "--end", "2", "--device", "cpu", "--no-progress", "--batch-size", "8",
+          "--generation-backend", "transformers"]  # fmt: skip
 
 
 def test_select_end_to_end(tiny_dirs, capsys):
@@ -63,9 +64,9 @@ def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dir
     assert main_select([*argv, "--scorer", "majority,random"]) == 0
     first = json.loads(out.read_text())
     assert (root / "rerun" / "select.samples.jsonl").is_file()
-    real = selection_mod.generate_completions
+    real = TransformersEngine.generate
     calls = []
-    monkeypatch.setattr(selection_mod, "generate_completions", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(TransformersEngine, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
     assert main_select([*argv, "--scorer", "pum,majority", "--pum", str(pum)]) == 0  # PUM added later: no sampling
     second = json.loads(out.read_text())
     assert calls == []

@@ -14,12 +14,12 @@ from procrl.trainers.offline import OfflineConfig, OfflineSamplingConfig
 from procrl.trainers.selection import SelectConfig
 
 SHARED = ["model", "dataset", "split", "start", "end", "prompt_template", "temperature", "top_p", "max_new_tokens",
-          "batch_size", "seed", "device", "no_progress"]  # fmt: skip
+          "batch_size", "seed", "device", "generation_backend", "vllm_kv_cache_gib", "no_progress"]  # fmt: skip
 
 FRS_DEFAULTS = {
     "model": "default", "dataset": "gsm8k", "split": None, "start": 0, "end": 50, "prompt_template": "one_shot",
     "temperature": 0.7, "top_p": 1.0, "max_new_tokens": 256, "batch_size": 32, "seed": 0, "device": None,
-    "no_progress": False, "n": 16, "k": 10, "k_values": "10,20,30,40,50", "judge": "local", "judge_concurrency": 8,
+    "generation_backend": "auto", "vllm_kv_cache_gib": None, "no_progress": False, "n": 16, "k": 10, "k_values": "10,20,30,40,50", "judge": "local", "judge_concurrency": 8,
     "judge_max_tokens": 96, "judge_timeout": 600, "judge_cache_dir": None, "estimator": "topk", "n_bins": 10,
     "max_per_bin": 50, "random_baseline": "sample", "top_k": 0, "output_dir": "outputs/frs",
 }  # fmt: skip
@@ -57,3 +57,14 @@ def test_frs_keeps_its_own_messages():
         OfflineFRSConfig(k_values="a", batch_size=0)  # K values are checked first, as before
     with pytest.raises(ValueError, match=r"^--batch-size \(0\) and --max-new-tokens \(256\) must be >= 1"):
         OfflineConfig(batch_size=0)
+
+
+@pytest.mark.parametrize("cls", [OfflineConfig, OfflineFRSConfig, SelectConfig])
+def test_generation_backend_is_validated_with_a_fix(cls):
+    extra = {"scorer": "random"} if cls is SelectConfig else {}
+    for backend in ("auto", "vllm", "transformers"):
+        assert cls(generation_backend=backend, **extra).generation_backend == backend
+    with pytest.raises(ValueError, match=r"--generation-backend must be one of auto, transformers, vllm, got 'tgi'"):
+        cls(generation_backend="tgi", **extra)
+    with pytest.raises(ValueError, match=r"--vllm-kv-cache-gib must be > 0 GiB"):
+        cls(vllm_kv_cache_gib=0, **extra)
