@@ -2,7 +2,9 @@
 
 Used before and after GRPO training by `train_grpo.py` (`procrl.scripts.train_grpo`). Generation goes through
 the same `generate_completions` as the training rollout (left padding, KV cache, cut after the first EOS), with
-sampling off, so the raw per-token log-probs the reward functions need (`completion_logps`) come for free.
+sampling off, so the raw per-token log-probs the reward functions need (`completion_logps`) come for free. With an
+`engine` (the trainer's colocated vLLM engine, `procrl.trainers.vllm_colocate.colocate_engine`) the greedy
+completions and their raw log-probs come from `engine.generate` instead; the scoring is the same.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from procrl.generation import eos_token_ids, generate_completions, render_prompts
+from procrl.generation import SamplingParams, eos_token_ids, generate_completions, render_prompts
 from procrl.utils import check_reward_length, get_logger
 
 logger = get_logger(__name__)
@@ -83,6 +86,7 @@ def evaluate(
     batch_size: int = 32,
     chat_template_kwargs: dict | None = None,
     progress: bool = True,
+    engine=None,
 ) -> EvalResult:
     """Greedy-decode every problem of `dataset` once and score it.
 
@@ -96,6 +100,10 @@ def evaluate(
         reward_weights: weights for `mean_reward` (default 1.0 each).
         max_new_tokens: generation budget in tokens.
         batch_size: prompts per `generate` call.
+        engine: None (default): greedy `generate_completions` with `model`; else a `procrl.generation` rollout
+            engine (`VLLMEngine`) holding the same weights, which generates greedily (`SamplingParams(temperature=0,
+            max_new_tokens=max_new_tokens)`, seed 0) with raw log-probs; `model` then only matters to rewards bound
+            to it. The caller syncs the engine's weights first.
 
     Raises:
         ValueError: a reward function returns the wrong number of values (named in the message), or the
@@ -124,7 +132,7 @@ def evaluate(
             rows = dataset[lo : lo + batch_size]
             prompts = rows["prompt"]
             prompt_ids = render_prompts(tokenizer, prompts, chat_template_kwargs)
-            out = generate_completions(model, prompt_ids, config, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_ids)
+            out = _greedy(model, engine, prompt_ids, config, tokenizer, eos_ids, max_new_tokens)
             completions = tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
             columns = {k: v for k, v in rows.items() if k not in ("prompt", "completion", "completion_ids")}
             kwargs = dict(columns, completion_logps=out.completion_logps)
@@ -171,3 +179,16 @@ def evaluate(
         unparseable_gold=unparseable,
         wall_time_s=time.perf_counter() - start,
     )
+
+
+class _Greedy(NamedTuple):
+    completion_ids: list[list[int]]
+    completion_logps: list[list[float]]
+
+
+def _greedy(model, engine, prompt_ids, config, tokenizer, eos_ids, max_new_tokens: int):
+    """Greedy completions `(B, L_i)` and their raw log-probs, from `model` or from `engine` (see `evaluate`)."""
+    if engine is None:
+        return generate_completions(model, prompt_ids, config, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_ids)
+    rollouts = engine.generate(prompt_ids, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), seed=0)
+    return _Greedy([r.token_ids for r in rollouts], [r.logprobs for r in rollouts])

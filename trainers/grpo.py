@@ -57,6 +57,7 @@ from procrl.rewards.outcome import outcome_reward
 from procrl.step_rewards import StepRewards
 from procrl.trainers.advantages import check_step_rewards, normalize_step_rewards, pad_step_rewards, token_advantages
 from procrl.trainers.rollout import ProcessRollout
+from procrl.trainers.vllm_colocate import GenerationBackendArguments, finish_vllm_setup, trl_llm_overrides
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -76,7 +77,7 @@ class RowSteps(NamedTuple):
 
 
 @dataclass
-class ProcessGRPOConfig(GRPOConfig):
+class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments):
     """`GRPOConfig` with defaults that work on a CPU-only machine and procrl's reward aggregation.
 
     Differences from TRL's defaults:
@@ -86,7 +87,12 @@ class ProcessGRPOConfig(GRPOConfig):
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (DESIGN §3).
 
-    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4).
+    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4), and
+    `generation_backend` ("auto" = vLLM where it runs; it sets `use_vllm`) with `vllm_kv_cache_gib` and `vllm_dtype`
+    (`procrl.trainers.vllm_colocate`).
+
+    Raises:
+        ValueError, ImportError: see the fields' checks (`GenerationBackendArguments.resolve_generation_backend`).
     """
 
     bf16: bool | None = field(
@@ -130,6 +136,7 @@ class ProcessGRPOConfig(GRPOConfig):
             )
         if not (math.isfinite(self.process_alpha) and self.process_alpha >= 0):
             raise ValueError(f"process_alpha={self.process_alpha} must be finite and >= 0 (e.g. process_alpha: 1.0).")
+        self.resolve_generation_backend()
         if self.bf16 is None:
             use_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
             gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -162,17 +169,17 @@ class ProcessGRPOTrainer(GRPOTrainer):
             self.advantage_mode, step_reward_func, kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
         )
         if rollout_func is None:
-            if getattr(args_obj, "use_vllm", False):
-                raise NotImplementedError(
-                    "procrl's rollout_func does not drive vLLM yet: set use_vllm: false (transformers generation)."
-                )
             if kwargs.get("tools") or kwargs.get("environment_factory"):
                 raise ValueError(
                     "tools/environment_factory run TRL's tool loop, which would misalign procrl's completion_logps; "
                     "use them with a plain GRPOTrainer or pass your own rollout_func."
                 )
             rollout_func = ProcessRollout()
-        super().__init__(*args, rollout_func=rollout_func, **kwargs)
+        with trl_llm_overrides(
+            args_obj, kwargs.get("model", args[0] if args else None)
+        ):  # CPU build: eager engine, explicit KV cache (vllm_colocate)
+            super().__init__(*args, rollout_func=rollout_func, **kwargs)
+        finish_vllm_setup(self)  # re-seed after TRL's LLM(seed=...); CPU weight sync through reload_weights
         self.outcome_func = outcome_func
         self.step_reward_func = step_reward_func
         if step_reward_func is not None and self.args.scale_rewards != "group":

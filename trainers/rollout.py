@@ -9,7 +9,10 @@ only see dataset columns plus the extra fields a `rollout_func` returns. So proc
 - `completion_logps`: log p(token) under the RAW model distribution (temperature 1, no top-p/top-k/penalties),
   an extra field that TRL forwards to every reward function as the keyword `completion_logps` (PiCSAR, FRS).
 
-Both come from the generation's own logits: no second forward pass of the policy.
+Both come from the generation's own logits: no second forward pass of the policy. With `use_vllm` (TRL's
+colocated engine or a `trl vllm-serve` server) the rollout runs on vLLM instead (`procrl.trainers.vllm_rollout`):
+`logprobs` are then vLLM's processed log-probs of the sampled tokens, `completion_logps` raw ones (vLLM's own when
+the sampler draws from the raw distribution, else one policy forward).
 
 TRL contract (trl/trainer/grpo_trainer.py, `GRPOTrainer._generate`, TRL 1.16): the function receives the
 per-process prompt slice (already repeated `num_generations` times by TRL's sampler) and the trainer, and returns
@@ -24,6 +27,7 @@ from trl.models import unwrap_model_for_generation
 
 from procrl.deprecation import moved_names
 from procrl.generation import generate_completions, render_prompts
+from procrl.trainers.vllm_rollout import colocate_rollout, search_rollout, server_rollout
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -62,23 +66,45 @@ class ProcessRollout:
     environment token; TRL masks the loss with it) and `search_trace` (one parsed `Trace` per completion), and the
     log-probs of environment tokens are 0.0. `max_completion_length` then bounds model + environment tokens.
 
+    With `trainer.use_vllm` it generates on vLLM (`procrl.trainers.vllm_rollout`: `colocate_rollout`,
+    `server_rollout`, `search_rollout`; search episodes need colocate mode) with TRL's vLLM sampling settings.
+
     Args:
         env: None (default) = single-turn generation, exactly as before; else the search environment.
+
+    Raises:
+        NotImplementedError: search episodes with `vllm_mode: server`.
     """
 
     __name__ = "process_rollout"
 
     def __init__(self, env=None):
         self.env = env
+        self._step, self._calls = None, 0
+
+    def _next_call(self, trainer) -> int:
+        """How many rollouts this instance already ran at the trainer's current step and mode (seeds differ)."""
+        step = (trainer.state.global_step, trainer.model.training)
+        self._calls = self._calls + 1 if step == self._step else 0
+        self._step = step
+        return self._calls
 
     def __call__(self, prompts: list, trainer) -> dict[str, list]:
-        if getattr(trainer, "use_vllm", False):  # ProcessGRPOTrainer refuses this at construction already
-            raise NotImplementedError(
-                "procrl's rollout_func does not drive vLLM yet; set use_vllm: false (transformers generation)."
-            )
         tokenizer = trainer.processing_class
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
         prompt_ids = render_prompts(tokenizer, prompts, getattr(trainer, "chat_template_kwargs", None))
+        if getattr(trainer, "use_vllm", False):
+            if trainer.vllm_mode == "server":
+                if self.env is not None:
+                    raise NotImplementedError(
+                        "search episodes need a local engine: use vllm_mode: colocate, or generation_backend: "
+                        "transformers."
+                    )
+                return server_rollout(trainer, prompt_ids)
+            call = self._next_call(trainer)
+            if self.env is not None:
+                return search_rollout(self.env, trainer, prompts, prompt_ids, call)
+            return colocate_rollout(trainer, prompt_ids, call)
         with unwrap_model_for_generation(
             trainer.model_wrapped,
             trainer.accelerator,

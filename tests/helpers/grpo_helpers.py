@@ -8,7 +8,8 @@ from procrl.trainers.grpo import ProcessGRPOConfig
 
 def grpo_config(output_dir, **overrides):
     """A `ProcessGRPOConfig` for one CPU step of a tiny model: 4 completions of at most 8 tokens per prompt,
-    batch 4, no KL term, no saving or reporting, seed 0. `overrides` replace any field."""
+    batch 4, no KL term, no saving or reporting, seed 0, transformers generation (`generation_backend` would
+    resolve "auto" to vLLM where it is installed). `overrides` replace any field."""
     values = dict(
         output_dir=str(output_dir),
         per_device_train_batch_size=4,
@@ -22,6 +23,7 @@ def grpo_config(output_dir, **overrides):
         save_strategy="no",
         report_to="none",
         seed=0,
+        generation_backend="transformers",
     )
     values.update(overrides)
     return ProcessGRPOConfig(**values)

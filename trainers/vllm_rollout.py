@@ -1,0 +1,228 @@
+"""`ProcessRollout` on vLLM (issue 14): single-turn GRPO rollouts through TRL's colocated engine or a `trl vllm-serve`
+server, and search episodes through `SearchEnvironment.run_vllm`; every path returns the sampler's log-probs for
+TRL's importance-sampling correction and raw (T = 1) log-probs for the reward functions.
+
+The sampling settings are TRL's colocate ones (trl/generation/vllm_generation.py:649-667, TRL 1.16): `n=1`,
+`repetition_penalty`, `temperature`, `top_p`, `top_k`, `min_p` (None -> 0.0), `max_tokens=max_completion_length`,
+`logprobs=0`, then `generation_kwargs` over them; `vllm_structured_outputs_regex` as TRL (:669-675). procrl adds a
+per-row seed and the trainer's EOS ids as `stop_token_ids` (unless `generation_kwargs` sets them).
+
+Log-probs (natural log, one per completion token):
+- `logprobs` are vLLM's processed log-probs of the sampled tokens (TRL's engine runs with
+  `logprobs_mode="processed_logprobs"`, vllm_generation.py:361): after temperature, top-p/top-k, min-p and penalties,
+  which is what TRL compares with the policy at the sampling temperature (grpo_trainer.py:2644-2710);
+- `completion_logps` are raw: vLLM's own log-probs when the sampler draws from the raw distribution
+  (`sampler_is_raw`), otherwise the completions are rescored once with vLLM's prompt log-probs
+  (`VLLMEngine.rescore`, on the engine that has just been synced with the policy). Measured on this machine (2 CPU
+  cores shared with other jobs, SmolLM2-135M in fp32, 16 rows of 64 completion tokens after 43-token prompts, three
+  alternating repeats): `engine.rescore` 17.4 s (median; 9.6-18.7 s), one no-grad policy forward in chunks of 8
+  (`procrl.logprobs.sequence_logps`, LM head on the completion positions only) 32.5 s (25.8-34.6 s); the two
+  agree to 4.5e-5. In server mode there is no local engine, so the policy forward rescores (`policy_logps`).
+"""
+
+from __future__ import annotations
+
+from trl.extras.profiling import profiling_context
+from trl.models import unwrap_model_for_generation
+
+from procrl.generation import SamplingParams, derive_seed, import_vllm
+from procrl.logprobs import sequence_logps
+from procrl.trainers.vllm_colocate import colocate_engine
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = ["colocate_rollout", "policy_logps", "row_seeds", "sampler_is_raw", "server_rollout", "trl_sampling_fields"]
+
+# vLLM SamplingParams fields that leave the sampling distribution alone, whatever their value
+_NEUTRAL_FIELDS = {
+    "n",
+    "seed",
+    "max_tokens",
+    "logprobs",
+    "prompt_logprobs",
+    "stop",
+    "stop_token_ids",
+    "include_stop_str_in_output",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "detokenize",
+    "output_kind",
+}
+# fields whose value here means "off" (the raw distribution); any other value changes what is sampled
+_OFF_VALUES = {
+    "temperature": (1.0,),
+    "top_p": (1.0,),
+    "top_k": (0, -1, None),
+    "min_p": (0.0, None),
+    "repetition_penalty": (1.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "min_tokens": (0, None),
+    "logit_bias": (None, {}),
+    "bad_words": (None, []),
+    "allowed_token_ids": (None,),
+    "structured_outputs": (None,),
+}
+
+
+def trl_sampling_fields(trainer) -> dict:
+    """The vLLM `SamplingParams` fields of TRL's colocate path for this trainer (module doc), without a seed."""
+    fields = {
+        "n": 1,
+        "repetition_penalty": trainer.repetition_penalty,
+        "temperature": trainer.temperature,
+        "top_p": trainer.top_p,
+        "top_k": trainer.top_k,
+        "min_p": 0.0 if trainer.min_p is None else trainer.min_p,
+        "max_tokens": trainer.max_completion_length,
+        "logprobs": 0,
+    }
+    fields.update(trainer.args.generation_kwargs or {})
+    regex = trainer.args.vllm_structured_outputs_regex
+    structured = fields.get("structured_outputs")
+    if regex is not None or isinstance(structured, dict):
+        # optional heavy dependency: vLLM (already imported by TRL when use_vllm is on)
+        from vllm.sampling_params import StructuredOutputsParams
+
+        fields["structured_outputs"] = StructuredOutputsParams(
+            **({"regex": regex} if regex is not None else structured)
+        )
+    return fields
+
+
+def sampler_is_raw(fields: dict) -> bool:
+    """Whether vLLM samples from the raw model distribution with these fields (T = 1, top_p = 1, top_k and min_p off,
+    no penalties, no min_tokens, no logit bias or constraints), so that its processed log-probs are raw ones.
+    A field this function does not know counts as changing the distribution."""
+    for name, value in fields.items():
+        if name in _NEUTRAL_FIELDS:
+            continue
+        if name not in _OFF_VALUES or value not in _OFF_VALUES[name]:
+            return False
+    return True
+
+
+def row_seeds(trainer, num_rows: int, call: int) -> list[int]:
+    """One seed per row from (args.seed, train/eval, global_step, call within the step, process index, row), so a
+    row's sample does not depend on which rows share its batch and no two generation batches share seeds."""
+    mode = "train" if trainer.model.training else "eval"
+    base = (trainer.args.seed, mode, trainer.state.global_step, call, trainer.accelerator.process_index)
+    return [derive_seed(*base, row) for row in range(num_rows)]
+
+
+def policy_logps(trainer, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[list[float]]:
+    """Raw (T = 1) natural-log probabilities `(L_i,)` of each completion under the current policy: one no-grad
+    forward (eval mode, batches of `per_device_train_batch_size`, `procrl.logprobs.sequence_logps`)."""
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    with (
+        profiling_context(trainer, "procrl.policy_logps"),
+        unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model,
+    ):
+        was_training = model.training
+        model.eval()
+        try:
+            return sequence_logps(
+                model,
+                [list(p) + list(c) for p, c in zip(prompt_ids, completion_ids, strict=True)],
+                [len(p) for p in prompt_ids],
+                pad_token_id=tokenizer.pad_token_id,
+                batch_size=trainer.args.per_device_train_batch_size,
+            )
+        finally:
+            model.train(was_training)
+
+
+def colocate_rollout(trainer, prompt_ids: list[list[int]], call: int) -> dict[str, list]:
+    """Single-turn rollout on TRL's colocated engine: one completion per row of `prompt_ids` (already repeated
+    `num_generations` times by TRL's sampler). Returns `prompt_ids`, `completion_ids` (cut after the first EOS),
+    `logprobs` (sampler, processed) and `completion_logps` (raw), lists of `(L_i,)` rows."""
+    vllm = import_vllm()
+    engine = colocate_engine(trainer)
+    fields = trl_sampling_fields(trainer)
+    fields.setdefault("stop_token_ids", list(engine.eos_ids))
+    params = [vllm.SamplingParams(**{"seed": seed, **fields}) for seed in row_seeds(trainer, len(prompt_ids), call)]
+    with profiling_context(trainer, "vLLM.generate"):
+        sampled = engine.sample(prompt_ids, params)
+    completion_ids = [ids for ids, _, _ in sampled]
+    logprobs = [logps for _, logps, _ in sampled]
+    if sampler_is_raw(fields):
+        raw = logprobs
+    else:
+        with profiling_context(trainer, "procrl.rescore"):
+            raw = engine.rescore(prompt_ids, completion_ids)
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs, "completion_logps": raw}
+
+
+def server_rollout(trainer, prompt_ids: list[list[int]]) -> dict[str, list]:
+    """Single-turn rollout through a `trl vllm-serve` server: TRL's own request path
+    (`trainer.vllm_generation.generate`, which gathers the prompts, sends each distinct prompt once with
+    n=num_generations from the main process and hands every rank its slice; vllm_generation.py:581-640), the
+    sampled tokens' log-probs (top-1 entry) as `logprobs`, and `completion_logps` from one policy forward."""
+    num_generations = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+    _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
+        prompts=prompt_ids,
+        images=None,
+        num_generations=num_generations,
+        profiler=profiling_context(trainer, "vLLM.generate"),
+    )
+    completion_ids = [list(ids) for ids in completion_ids]
+    logprobs = [[lp[0] for lp in row] for row in logprobs]  # as TRL (grpo_trainer.py:1782)
+    raw = policy_logps(trainer, prompt_ids, completion_ids)
+    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs, "completion_logps": raw}
+
+
+def search_rollout(env, trainer, prompts: list, prompt_ids: list[list[int]], call: int) -> dict[str, list]:
+    """Search episodes on TRL's colocated engine through `env.run_vllm` (`procrl.trainers.search_env`); raw log-probs
+    missing from the episodes are rescored once on the engine, environment tokens then set to 0.0 (`env_mask`).
+
+    Raises:
+        NotImplementedError: the environment has no `run_vllm` (search episodes then need transformers).
+    """
+    if not hasattr(env, "run_vllm"):
+        raise NotImplementedError(
+            f"{type(env).__name__} cannot run search episodes on vLLM yet (no run_vllm); set generation_backend: "
+            "transformers for task=search."
+        )
+    engine = colocate_engine(trainer)
+    fields = trl_sampling_fields(trainer)
+    sampling = SamplingParams(
+        temperature=fields.pop("temperature"),
+        top_p=fields.pop("top_p"),
+        top_k=max(int(fields.pop("top_k") or 0), 0),
+        max_new_tokens=trainer.max_completion_length,
+    )
+    extra = {k: v for k, v in fields.items() if k not in ("n", "max_tokens", "logprobs", "seed")}
+    tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
+    episodes = env.run_vllm(
+        engine,
+        tokenizer,
+        prompts,
+        prompt_ids,
+        sampling,
+        max_completion_length=trainer.max_completion_length,
+        seed=row_seeds(trainer, 1, call)[0],
+        extra=extra,
+    )
+    raw = episodes.completion_logps
+    missing = [i for i in range(len(prompt_ids)) if raw is None or raw[i] is None]
+    if missing:
+        raw = list(raw) if raw is not None else [None] * len(prompt_ids)
+        with profiling_context(trainer, "procrl.rescore"):
+            scored = engine.rescore([prompt_ids[i] for i in missing], [episodes.completion_ids[i] for i in missing])
+        for i, logps in zip(missing, scored, strict=True):
+            raw[i] = [lp if m else 0.0 for lp, m in zip(logps, episodes.env_mask[i], strict=True)]
+    return {
+        "prompt_ids": prompt_ids,
+        "completion_ids": episodes.completion_ids,
+        "logprobs": episodes.logprobs,
+        "completion_logps": raw,
+        "env_mask": episodes.env_mask,
+        "search_trace": episodes.search_trace,
+    }
