@@ -55,13 +55,15 @@ __all__ = [
 ]
 
 ENGINES = ("auto", "transformers", "vllm")
+TRANSFORMERS_KWARGS = frozenset({"device", "dtype", "batch_size", "model", "tokenizer", "model_id"})
 
 
 def make_engine(model_name_or_path: str = "default", *, engine: str = "auto", **kwargs) -> RolloutEngine:
     """Build a rollout engine: "vllm", "transformers", or "auto" (vLLM when it imports and its build can run on
     `kwargs["device"]`, else transformers, with the reason logged). `kwargs` go to the engine's constructor
-    (`device`, `dtype`, `batch_size`, ...; `VLLMEngine` ignores `batch_size`, `TransformersEngine` vLLM's
-    `kv_cache_gib`).
+    (`device`, `dtype`, `batch_size`, ...); `TransformersEngine` takes only its own keywords (`device`, `dtype`,
+    `batch_size`, `model`, `tokenizer`, `model_id`) and drops the vLLM-only ones (`kv_cache_gib`,
+    `max_model_len`, ...), so one call serves both under "auto".
 
     Raises:
         ValueError: an engine name not in `ENGINES`.
@@ -74,8 +76,10 @@ def make_engine(model_name_or_path: str = "default", *, engine: str = "auto", **
         logger.info("Rollout engine: %s (%s)", engine, reason)
     if engine == "vllm":
         return VLLMEngine(model_name_or_path, **kwargs)
-    kwargs.pop("kv_cache_gib", None)
-    return TransformersEngine(model_name_or_path, **kwargs)
+    dropped = sorted(set(kwargs) - TRANSFORMERS_KWARGS)
+    if dropped:
+        logger.debug("transformers engine: ignoring vLLM-only settings %s", dropped)
+    return TransformersEngine(model_name_or_path, **{k: v for k, v in kwargs.items() if k in TRANSFORMERS_KWARGS})
 
 
 def _auto_engine(device) -> tuple[str, str]:

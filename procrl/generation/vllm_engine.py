@@ -158,6 +158,10 @@ class VLLMEngine(RolloutEngine):
             generation_config = None
         self.eos_ids = eos_token_ids(tokenizer, generation_config)
 
+    def cache_key(self) -> str:
+        """`model_id` plus the platform ("cpu" / "cuda"): the two builds' kernels give different samples."""
+        return f"{self.model_id}:{'cpu' if vllm_on_cpu() else 'cuda'}"
+
     @property
     def logprobs_mode(self) -> str:
         """What vLLM's sampled-token log-probs are: "raw_logprobs" or "processed_logprobs" (see the module doc)."""
