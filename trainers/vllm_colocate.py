@@ -197,30 +197,15 @@ def finish_vllm_setup(trainer) -> None:
 
 
 def _sync_through_engine(trainer) -> None:
-    """CPU colocate weight sync: every parameter, under vLLM's names, into the engine (`reload_weights`).
-
-    A tied output embedding is sent under its own name too (`lm_head.weight`): `named_parameters` lists a tied
-    weight once, and the CPU build packs the LM head separately, so without it the engine kept its old LM head
-    (measured: log-probs 14 nats off after changing the embedding of a tied tiny Llama)."""
+    """CPU colocate weight sync: every parameter, under vLLM's names, into the engine (`reload_weights`). A tied LM
+    head, which `_iter_named_params` lists once (as the input embedding), is completed by `VLLMEngine.load_weights`
+    itself."""
     generation = trainer.vllm_generation
     peft = is_peft_model(generation.model)
     # private TRL 1.16 API (tests/trainers/test_grpo_vllm.py spies on it). With PEFT the generator merges the
     # adapters, yields the live tensors and unmerges them in place afterwards, so each is copied while merged.
     named = [(n, t.detach().clone() if peft else t) for n, t in generation._iter_named_params()]
-    named += _tied_output_embedding(trainer.accelerator.unwrap_model(generation.model), {n for n, _ in named})
     colocate_engine(trainer).load_weights(named)
-
-
-def _tied_output_embedding(model, names: set[str]) -> list[tuple[str, torch.Tensor]]:
-    """`[(name, weight)]` of the output embedding when it is tied to the input embedding and not in `names`."""
-    base = model.get_base_model() if is_peft_model(model) else model
-    if not (hasattr(base, "get_output_embeddings") and hasattr(base, "get_input_embeddings")):
-        return []
-    output, embed = base.get_output_embeddings(), base.get_input_embeddings()
-    if output is None or embed is None or output.weight is not embed.weight:
-        return []
-    name = next(n for n, module in base.named_modules() if module is output) + ".weight"
-    return [] if name in names else [(name, output.weight.data)]
 
 
 def colocate_engine(trainer) -> VLLMEngine:

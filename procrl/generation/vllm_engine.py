@@ -151,6 +151,7 @@ class VLLMEngine(RolloutEngine):
     def _setup(self, llm, tokenizer, model_id: str, source: str) -> None:
         self.llm = llm
         self.tokenizer = tokenizer
+        self._tied_lm_heads: list[tuple[str, str]] | None = None
         self.model_id = model_id
         try:
             generation_config = GenerationConfig.from_pretrained(source)
@@ -239,13 +240,53 @@ class VLLMEngine(RolloutEngine):
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy policy weights (`(name, tensor)` in Hugging Face checkpoint names) into the engine.
 
+        Any iterator works, `model.named_parameters()` included: where the engine's model ties its output embedding
+        to its input embedding (`tied_lm_heads`) and `named_tensors` holds the embedding but not the head (a tied
+        weight is listed once by `named_parameters`), the head is sent too, under its own name, with the embedding's
+        tensor. On the CPU build this is needed: the LM head keeps a packed copy of the weight for its GEMM kernel
+        (`vllm/model_executor/layers/vocab_parallel_embedding.py:66-70`), and a layer that `reload_weights` loads
+        nothing into gets its old kernel tensors back (`vllm/model_executor/model_loader/reload/layerwise.py:257-268`),
+        so the engine kept its old LM head (measured: log-probs 14 nats off after changing the embedding of a tied
+        tiny Llama). On GPU vLLM's loader skips the alias (`vllm/model_executor/models/utils.py:240-243, 449-458`).
+
         On CPU through `reload_weights` (layerwise, re-runs vLLM's weight repacking); on GPU through the model's
         `load_weights`, as TRL's colocate sync. The prefix cache is reset afterwards, so no cached KV of the old
         weights is reused.
         """
+        named = list(named_tensors)
+        tensors = dict(named)
+        named += [
+            (head, tensors[embed]) for head, embed in self.tied_lm_heads() if embed in tensors and head not in tensors
+        ]
         if vllm_on_cpu():
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": list(named_tensors)})
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named})
         else:
             model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-            model.load_weights(list(named_tensors))
+            model.load_weights(named)
         self.llm.reset_prefix_cache()
+
+    def tied_lm_heads(self) -> list[tuple[str, str]]:
+        """`[(head weight name, embedding weight name)]` of each LM head of the engine's model that shares its weight
+        with an input embedding (vLLM's module names, which are the checkpoint names for Llama, Qwen2, Mistral, ...);
+        [] for an untied model. Read once from the model (`LLM.apply_model`) and cached."""
+        if self._tied_lm_heads is None:
+            self._tied_lm_heads = [tuple(pair) for pair in self.llm.apply_model(_tied_lm_head_names)[0]]
+        return list(self._tied_lm_heads)
+
+
+def _tied_lm_head_names(model) -> list[tuple[str, str]]:
+    """Runs inside vLLM's worker (`LLM.apply_model`): the (head, embedding) weight names of tied LM heads."""
+    # optional heavy dependency: runs inside vLLM's worker, so vLLM is imported
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+
+    modules = list(model.named_modules())
+    embeddings = {
+        id(m.weight): name
+        for name, m in modules
+        if isinstance(m, VocabParallelEmbedding) and not isinstance(m, ParallelLMHead) and hasattr(m, "weight")
+    }
+    return [
+        (f"{name}.weight", f"{embeddings[id(m.weight)]}.weight")
+        for name, m in modules
+        if isinstance(m, ParallelLMHead) and id(getattr(m, "weight", None)) in embeddings
+    ]
