@@ -192,6 +192,14 @@ def finish_vllm_setup(trainer) -> None:
     if not trainer.use_vllm:
         return
     set_seed(trainer.args.seed, device_specific=True)
+    if trainer.args.vllm_structured_outputs_regex and trainer.args.vllm_importance_sampling_correction:
+        # The sampler's log-probs are over the grammar-restricted distribution, the policy's are not: TRL's ratio
+        # exp(policy - sampler) then collapses (measured: 0 for every token of a tiny model, so no gradient).
+        logger.warning(
+            "vllm_structured_outputs_regex with vllm_importance_sampling_correction: the importance ratios compare "
+            "a constrained sampler with an unconstrained policy and can mask every token; set "
+            "vllm_importance_sampling_correction: false when the grammar constrains the completions."
+        )
     if trainer.vllm_mode == "colocate" and vllm_on_cpu():
         trainer.vllm_generation.sync_weights = functools.partial(_sync_through_engine, trainer)
 
