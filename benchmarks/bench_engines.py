@@ -269,7 +269,9 @@ def run_step(args) -> None:
                 num_generations=8,
                 per_device_train_batch_size=8,
                 max_completion_length=args.max_completion_length,
-                generation_kwargs={"min_new_tokens": args.max_completion_length},
+                # forced lengths; TRL hands generation_kwargs to the backend's own sampling parameters
+                # (trl/generation/vllm_generation.py:662-671 for vLLM), whose key differs from transformers'
+                generation_kwargs={("min_tokens" if arm == "vllm" else "min_new_tokens"): args.max_completion_length},
                 temperature=0.7,
                 learning_rate=1e-5,
                 beta=0.0,
