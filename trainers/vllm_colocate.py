@@ -137,6 +137,24 @@ class GenerationBackendArguments:
             import_vllm()  # raises ImportError with the reason and the fix
         self.generation_backend = backend
         self.use_vllm = backend == "vllm"
+        # TRL hands generation_kwargs to vllm.SamplingParams on this path (trl/generation/vllm_generation.py:672),
+        # which rejects transformers' names only at the first rollout: say so now.
+        hf_names = sorted(set(self.generation_kwargs or {}) & set(HF_ONLY_GENERATION_KWARGS)) if self.use_vllm else []
+        if hf_names:
+            renames = ", ".join(f"{name} -> {HF_ONLY_GENERATION_KWARGS[name]}" for name in hf_names)
+            raise ValueError(
+                f"generation_kwargs {hf_names} are transformers names, but generation_backend: vllm passes "
+                f"generation_kwargs to vllm.SamplingParams; use vLLM's ({renames}) or generation_backend: transformers."
+            )
+
+
+HF_ONLY_GENERATION_KWARGS = {
+    "min_new_tokens": "min_tokens",
+    "max_new_tokens": "max_tokens (set max_completion_length instead)",
+    "do_sample": "temperature (0 = greedy)",
+    "num_beams": "no beam search in TRL's vLLM path",
+    "no_repeat_ngram_size": "no vLLM equivalent",
+}
 
 
 def _colocated(args) -> bool:

@@ -103,6 +103,13 @@ def test_bad_backend_settings_say_how_to_fix(tmp_path, vllm_here, monkeypatch):
         _config(tmp_path, generation_backend="vllm")
 
 
+def test_transformers_generation_kwargs_are_refused_on_vllm(tmp_path, vllm_here):
+    with pytest.raises(ValueError, match=r"\['min_new_tokens'\] are transformers names.*min_new_tokens -> min_tokens"):
+        _config(tmp_path, generation_backend="vllm", generation_kwargs={"min_new_tokens": 4})
+    assert _config(tmp_path, generation_backend="vllm", generation_kwargs={"min_tokens": 4}).use_vllm
+    assert not _config(tmp_path, generation_backend="transformers", generation_kwargs={"min_new_tokens": 4}).use_vllm
+
+
 def test_the_environment_variable_decides_what_auto_means(tmp_path, vllm_here, monkeypatch):
     vllm_here.set("cpu")
     monkeypatch.setenv("PROCRL_GENERATION_BACKEND", "transformers")
