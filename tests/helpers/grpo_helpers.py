@@ -3,6 +3,8 @@ tests/helpers to pytest's pythonpath)."""
 
 from __future__ import annotations
 
+import torch
+
 from procrl.trainers.grpo import ProcessGRPOConfig
 
 
@@ -40,3 +42,22 @@ def spy(trainer, method: str) -> list:
 
     setattr(trainer, method, recorded)
     return calls
+
+
+def temperature_logps(model, prompt_ids, completion_ids, temperature: float) -> list[list[float]]:
+    """log_softmax(logits / T) of each completion token `(L_i,)`, one unpadded forward per row, in float64: a
+    reference computed independently of `procrl.logprobs` and of any engine."""
+    rows = []
+    with torch.no_grad():
+        for prompt, completion in zip(prompt_ids, completion_ids, strict=True):
+            ids = torch.tensor([list(prompt) + list(completion)])
+            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double() / temperature  # (L, V)
+            logps = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion).unsqueeze(-1))
+            rows.append(logps.squeeze(-1).tolist())
+    return rows
+
+
+def max_diff(a, b) -> float:
+    """Largest absolute difference between two ragged lists of rows (which must have the same shape)."""
+    assert [len(r) for r in a] == [len(r) for r in b]
+    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 from datasets import Dataset
-from grpo_helpers import grpo_config, spy
+from grpo_helpers import grpo_config, max_diff, spy, temperature_logps
 
 import procrl.generation.engines as engines
 import procrl.trainers.vllm_colocate as vllm_colocate
@@ -172,24 +172,6 @@ def _dataset(n_repeat=2):
     return Dataset.from_list(rows)
 
 
-def _policy_logps_at(model, prompt_ids, completion_ids, temperature: float) -> list[list[float]]:
-    """log_softmax(logits / T) of each completion token, one unpadded forward per row (independent of
-    `procrl.logprobs`)."""
-    rows = []
-    with torch.no_grad():
-        for prompt, completion in zip(prompt_ids, completion_ids, strict=True):
-            ids = torch.tensor([list(prompt) + list(completion)])
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double() / temperature  # (L, V)
-            logps = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion).unsqueeze(-1))
-            rows.append(logps.squeeze(-1).tolist())
-    return rows
-
-
-def _max_diff(a, b) -> float:
-    assert [len(r) for r in a] == [len(r) for r in b]
-    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
-
-
 @pytest.fixture(scope="module")
 def vllm_trainer(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
     """One ProcessGRPOTrainer on vLLM for the module: a tiny fp32 Llama with head size 32 (the CPU attention kernels
@@ -248,9 +230,9 @@ def test_rollout_logprobs_agree_with_a_policy_forward(vllm_trainer):
     assert out["prompt_ids"] == render_prompts(tokenizer, prompts, None)
     assert all(0 < len(ids) <= 12 for ids in out["completion_ids"])
     assert all(ids[-1] in trainer.eos_token_ids or len(ids) == 12 for ids in out["completion_ids"])
-    assert _max_diff(out["logprobs"], _policy_logps_at(policy, out["prompt_ids"], out["completion_ids"], 0.7)) < 1e-3
+    assert max_diff(out["logprobs"], temperature_logps(policy, out["prompt_ids"], out["completion_ids"], 0.7)) < 1e-3
     assert (
-        _max_diff(out["completion_logps"], _policy_logps_at(policy, out["prompt_ids"], out["completion_ids"], 1)) < 1e-3
+        max_diff(out["completion_logps"], temperature_logps(policy, out["prompt_ids"], out["completion_ids"], 1)) < 1e-3
     )
     # the rows' seeds differ (4 prompts, 2 distinct): not every repeat of a prompt gets the same completion
     assert out["completion_ids"][0] != out["completion_ids"][2] or out["completion_ids"][1] != out["completion_ids"][3]
@@ -265,7 +247,7 @@ def test_rollout_logprobs_agree_with_a_policy_forward(vllm_trainer):
         hook.remove()
     assert forwards == []
     assert raw["logprobs"] == raw["completion_logps"]
-    assert _max_diff(raw["logprobs"], _policy_logps_at(policy, raw["prompt_ids"], raw["completion_ids"], 1)) < 1e-3
+    assert max_diff(raw["logprobs"], temperature_logps(policy, raw["prompt_ids"], raw["completion_ids"], 1)) < 1e-3
 
 
 def _greedy_run(trainer, engine=None):
@@ -314,8 +296,8 @@ def trained(vllm_trainer):
         out = rollout(prompts, trainer_)
         policy = trainer_.accelerator.unwrap_model(trainer_.model)
         # the policy at generation time (the weights the engine should hold), T = 0.7
-        expected = _policy_logps_at(policy, out["prompt_ids"], out["completion_ids"], 0.7)
-        records["rollouts"].append((trainer_.state.global_step, _max_diff(out["logprobs"], expected)))
+        expected = temperature_logps(policy, out["prompt_ids"], out["completion_ids"], 0.7)
+        records["rollouts"].append((trainer_.state.global_step, max_diff(out["logprobs"], expected)))
         return out
 
     trainer.rollout_func = recorded_rollout
@@ -326,7 +308,7 @@ def trained(vllm_trainer):
         trainer.vllm_generation.sync_weights, trainer.rollout_func = sync, rollout
     records["changed"] = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
     records["named_params_calls"] = len(named_params)
-    records["stale"] = _max_diff(
+    records["stale"] = max_diff(
         engine.rescore(*_rescore_inputs(trainer)),
         sequence_logps(trainer.model, *_sequences(trainer), pad_token_id=trainer.processing_class.pad_token_id),
     )
@@ -361,7 +343,7 @@ def test_weights_are_synced_after_every_optimizer_step(vllm_trainer, trained):
     hf, hf_ids, hf_logps = _greedy_run(trainer)
     vllm_result, vllm_ids, vllm_logps = _greedy_run(trainer, engine=vllm_colocate.colocate_engine(trainer))
     assert vllm_ids == hf_ids  # the engine's greedy output is the policy's
-    assert _max_diff(vllm_logps, hf_logps) < 1e-3
+    assert max_diff(vllm_logps, hf_logps) < 1e-3
     assert vllm_result == hf  # evaluate() reports the same with either engine
 
 

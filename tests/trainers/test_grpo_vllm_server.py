@@ -39,7 +39,7 @@ import pytest
 import torch
 import trl.generation.vllm_generation as trl_vllm_generation
 from datasets import Dataset
-from grpo_helpers import grpo_config
+from grpo_helpers import grpo_config, max_diff, temperature_logps
 
 import procrl.trainers.vllm_colocate as vllm_colocate
 from procrl.generation import render_prompts
@@ -51,22 +51,6 @@ NUM_GENERATIONS = 2
 MAX_TOKENS = 8
 SAMPLING = dict(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1)
 GENERATION_KWARGS = {"presence_penalty": 0.1}
-
-
-def _temperature_logps(model, prompt_ids, completion_ids, temperature: float) -> list[list[float]]:
-    """log_softmax(logits / T) of each completion token, one unpadded forward per row."""
-    rows = []
-    with torch.no_grad():
-        for prompt, completion in zip(prompt_ids, completion_ids, strict=True):
-            ids = torch.tensor([list(prompt) + list(completion)])
-            logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].double() / temperature  # (L, V)
-            logps = torch.log_softmax(logits, dim=-1).gather(-1, torch.tensor(completion).unsqueeze(-1))
-            rows.append(logps.squeeze(-1).tolist())
-    return rows
-
-
-def _max_diff(a, b) -> float:
-    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
 
 class FakeVLLMClient:
@@ -133,7 +117,7 @@ class FakeVLLMClient:
                     ids[-1] = self.eos_id
                 prompt_rows.append(list(prompt))
                 completion_ids.append(ids)
-        logps = _temperature_logps(self.server_model, prompt_rows, completion_ids, temperature)
+        logps = temperature_logps(self.server_model, prompt_rows, completion_ids, temperature)
         out = {
             "prompt_ids": [list(p) for p in prompts],
             "completion_ids": completion_ids,
@@ -172,7 +156,7 @@ def server_trainer(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
     def recorder(prompts, completion_ids, completion_logps, **kwargs):
         policy = seen["trainer"].accelerator.unwrap_model(seen["trainer"].model)
         prompt_ids = render_prompts(smollm2_tokenizer, prompts, None)
-        expected = _temperature_logps(policy, prompt_ids, completion_ids, 1.0)
+        expected = temperature_logps(policy, prompt_ids, completion_ids, 1.0)
         seen["rewards"].append(([list(r) for r in completion_ids], [list(r) for r in completion_logps], expected))
         return [0.0] * len(completion_ids)
 
@@ -266,8 +250,8 @@ def test_each_process_gets_its_slice_of_the_server_rows(server_trainer, monkeypa
     assert out["completion_ids"] == answer["completion_ids"][rows]
     assert out["logprobs"] == [[lp[0] for lp in row] for row in answer["logprobs"][rows]]
     policy = trainer.accelerator.unwrap_model(trainer.model)
-    expected = _temperature_logps(policy, mine_ids, out["completion_ids"], 1.0)
-    assert _max_diff(out["completion_logps"], expected) < 1e-4
+    expected = temperature_logps(policy, mine_ids, out["completion_ids"], 1.0)
+    assert max_diff(out["completion_logps"], expected) < 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -336,7 +320,7 @@ def test_rollout_passes_the_server_rows_through_and_rescores_on_the_policy(serve
     assert len(trained["rewards"]) == 2
     for (ids, logps, expected), out in zip(trained["rewards"], trained["rollouts"], strict=True):
         assert ids == out["completion_ids"] and logps == out["completion_logps"]
-        assert _max_diff(logps, expected) < 1e-4
+        assert max_diff(logps, expected) < 1e-4
 
 
 @pytest.mark.slow  # trains
