@@ -40,10 +40,10 @@ class ScriptedJudge(Judge):
     def _request_payload(self, messages, schema):
         return {"messages": messages, "schema": schema.__name__}
 
-    async def _judge_uncached(self, requests, schema, finish):
+    async def _judge_uncached(self, requests, schemas, finish):
         for j, _ in enumerate(requests):
             self.requests += 1
-            value, reason = parse_judgement(REPLY, schema)
+            value, reason = parse_judgement(REPLY, schemas[j])
             finish(j, JudgeResult(value=value, unscored=reason, raw=REPLY, attempts=1))
 
 

@@ -23,12 +23,13 @@ from pydantic import BaseModel
 from tqdm.auto import tqdm
 
 from procrl.judges.cache import JudgeCache, request_cache_key
-from procrl.judges.parse import T
+from procrl.judges.choices import TokenAlternatives, choice_probabilities
+from procrl.judges.parse import T, parse_judgement
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["Judge", "JudgeResult", "JudgeStats"]
+__all__ = ["Judge", "JudgeResult", "JudgeStats", "reply_result"]
 
 
 @dataclass
@@ -42,6 +43,13 @@ class JudgeResult(Generic[T]):
         raw: the raw text of the final response (None when no response text arrived).
         cached: served from the on-disk cache (no request was sent).
         attempts: requests sent for this judgement (0 for a cache hit; 1 + retries otherwise).
+        probs: for each closed-choice field of the schema (a bounded integer, a `Literal`, a bool; see
+            `procrl.judges.choices`), the judge's distribution over its allowed values at the position where the
+            reply chose it: `{field: {value_key: probability}}`, probabilities summing to 1 over the values the
+            backend's top log-probs covered. None when the backend gave no log-probs (or for an unscored result).
+        followed_schema: True when the reply text was exactly one JSON document valid against the schema (what a
+            backend that honours the schema returns); False when it validated only after extraction from
+            surrounding text or did not validate (the backend ignored the schema); None without a reply.
     """
 
     value: T | None
@@ -49,6 +57,8 @@ class JudgeResult(Generic[T]):
     raw: str | None = None
     cached: bool = False
     attempts: int = 0
+    probs: dict[str, dict[str, float]] | None = None
+    followed_schema: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -66,6 +76,9 @@ class JudgeStats:
         scored: judgements with a validated value (cache hits included).
         unscored: failed judgements by reason.
         attempts: backend requests sent (HTTP requests, or rows generated in-process), retries included.
+        schema_ignored: fresh replies that were not one schema-valid JSON document (`followed_schema` False): the
+            backend ignored the schema it was sent and the reply went through parse-and-extract instead.
+        with_probs: judgements that carry choice probabilities (`JudgeResult.probs`).
     """
 
     requests: int = 0
@@ -73,6 +86,8 @@ class JudgeStats:
     scored: int = 0
     unscored: collections.Counter = field(default_factory=collections.Counter)
     attempts: int = 0
+    schema_ignored: int = 0
+    with_probs: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __getstate__(self) -> dict:  # picklable (rewards holding a judge may move to another process)
@@ -90,18 +105,22 @@ class JudgeStats:
             self.requests += 1
             self.cache_hits += int(result.cached)
             self.attempts += result.attempts
+            self.schema_ignored += int(result.followed_schema is False)
+            self.with_probs += int(result.probs is not None)
             if result.ok:
                 self.scored += 1
             else:
                 self.unscored[result.unscored or "unknown"] += 1
 
     def as_dict(self) -> dict[str, int]:
-        """Flat counters for a logger: requests, cache_hits, scored, unscored (total), attempts, unscored/<reason>.
+        """Flat counters for a logger: requests, cache_hits, scored, unscored (total), attempts, schema_ignored,
+        with_probs, unscored/<reason>.
 
         >>> stats = JudgeStats()
         >>> stats.record(JudgeResult(value=None, unscored="timeout", attempts=4))
-        >>> stats.as_dict()
-        {'requests': 1, 'cache_hits': 0, 'scored': 0, 'unscored': 1, 'attempts': 4, 'unscored/timeout': 1}
+        >>> stats.as_dict()  # doctest: +NORMALIZE_WHITESPACE
+        {'requests': 1, 'cache_hits': 0, 'scored': 0, 'unscored': 1, 'attempts': 4, 'schema_ignored': 0,
+         'with_probs': 0, 'unscored/timeout': 1}
         """
         with self._lock:
             out = {
@@ -110,13 +129,28 @@ class JudgeStats:
                 "scored": self.scored,
                 "unscored": sum(self.unscored.values()),
                 "attempts": self.attempts,
+                "schema_ignored": self.schema_ignored,
+                "with_probs": self.with_probs,
             }
             out.update({f"unscored/{reason}": n for reason, n in sorted(self.unscored.items())})
         return out
 
 
+def _check_schemas(schema: Any, n: int) -> list[type[BaseModel]]:
+    schemas = [schema] * n if isinstance(schema, type) else schema
+    if isinstance(schemas, (str, bytes, dict)) or not isinstance(schemas, Sequence) or len(schemas) != n:
+        raise ValueError(
+            f"schema must be a pydantic BaseModel subclass or a sequence of {n} of them (one per request), got "
+            f"{schema!r}"
+        )
+    for one in schemas:
+        if not (isinstance(one, type) and issubclass(one, BaseModel)):
+            raise ValueError(f"schema must be a pydantic BaseModel subclass, got {one!r}")
+    return list(schemas)
+
+
 def _check_requests(requests: Any, schema: Any) -> list[list[dict]]:
-    if not (isinstance(schema, type) and issubclass(schema, BaseModel)):
+    if isinstance(schema, type) and not issubclass(schema, BaseModel):
         raise ValueError(f"schema must be a pydantic BaseModel subclass, got {schema!r}")
     if isinstance(requests, (str, bytes, dict)) or not isinstance(requests, Sequence):
         raise ValueError(
@@ -134,7 +168,41 @@ def _check_requests(requests: Any, schema: Any) -> list[list[dict]]:
             if not isinstance(message, dict) or not isinstance(message.get("role"), str) or "content" not in message:
                 raise ValueError(f"request {i} holds a message without a 'role' string and 'content': {message!r}")
         checked.append([dict(m) for m in messages])
+    _check_schemas(schema, len(checked))
     return checked
+
+
+def reply_result(
+    text: str | None, schema: type[T], *, attempts: int, tokens: TokenAlternatives | None = None
+) -> JudgeResult[T]:
+    """The `JudgeResult` of one reply text: validated against `schema` (`parse_judgement`), with
+    `followed_schema` set and, when the backend gave per-token log-probs, the choice probabilities.
+
+    Args:
+        text: the reply text (None or blank: unscored "empty").
+        schema: the reply's pydantic model.
+        attempts: requests sent for it.
+        tokens: the generated tokens, each `(token_text, [(alternative_text, logprob), ...])` with the top
+            alternatives at that position (`procrl.judges.choices.choice_probabilities`); None when not available.
+    """
+    value, reason = parse_judgement(text, schema)
+    followed = None
+    if text is not None and text.strip():
+        followed = value is not None and _is_one_document(text, schema)
+    probs = None
+    if value is not None and tokens is not None:
+        probs = choice_probabilities(text, tokens, schema)
+    return JudgeResult(
+        value=value, unscored=reason, raw=text, attempts=attempts, probs=probs, followed_schema=followed
+    )
+
+
+def _is_one_document(text: str, schema: type[BaseModel]) -> bool:
+    try:
+        schema.model_validate_json(text.strip())
+    except ValueError:  # pydantic.ValidationError is a ValueError
+        return False
+    return True
 
 
 class Judge(abc.ABC):
@@ -152,13 +220,14 @@ class Judge(abc.ABC):
         self.cache = JudgeCache(cache_dir) if cache_dir is not None else None
 
     def judge(
-        self, requests: Sequence[list[dict]], schema: type[T], *, desc: str = "judging", progress: bool = True
+        self, requests: Sequence[list[dict]], schema: type[T] | Sequence[type[T]], *, desc: str = "judging", progress: bool = True
     ) -> list[JudgeResult[T]]:
         """Judge every request; blocking.
 
         Args:
             requests: chat requests, each a list of `{"role": ..., "content": ...}` messages.
-            schema: the pydantic model the reply must validate against.
+            schema: the pydantic model the reply must validate against, or one per request (e.g. a StepGap check
+                whose quote is a choice among that step's evidence sentences).
             desc: progress-bar label.
             progress: show a tqdm progress bar.
 
@@ -166,7 +235,8 @@ class Judge(abc.ABC):
             One `JudgeResult` per request, in the same order. Per-request failures are typed `unscored` results.
 
         Raises:
-            ValueError: `requests` is not a sequence of non-empty message lists, or `schema` is not a pydantic model.
+            ValueError: `requests` is not a sequence of non-empty message lists, or `schema` is not a pydantic model
+                (or a sequence of one per request).
 
         Called from inside a running event loop (a notebook, an async server), the work runs in a worker thread
         with its own loop; the calling loop is blocked until it ends (use `ajudge` there to avoid that).
@@ -181,25 +251,29 @@ class Judge(abc.ABC):
             return pool.submit(run).result()
 
     async def ajudge(
-        self, requests: Sequence[list[dict]], schema: type[T], *, desc: str = "judging", progress: bool = True
+        self, requests: Sequence[list[dict]], schema: type[T] | Sequence[type[T]], *, desc: str = "judging", progress: bool = True
     ) -> list[JudgeResult[T]]:
         """Async `judge` (same arguments, results and errors)."""
         _check_requests(requests, schema)
         return await self._ajudge_checked(requests, schema, desc=desc, progress=progress)
 
     async def _ajudge_checked(
-        self, requests: Sequence[list[dict]], schema: type[T], *, desc: str, progress: bool
+        self, requests: Sequence[list[dict]], schema: type[T] | Sequence[type[T]], *, desc: str, progress: bool
     ) -> list[JudgeResult[T]]:
         checked = _check_requests(requests, schema)
-        payloads = [self._request_payload(messages, schema) for messages in checked]
+        schemas = _check_schemas(schema, len(checked))
+        payloads = [self._request_payload(messages, one) for messages, one in zip(checked, schemas, strict=True)]
         keys = [request_cache_key(p) for p in payloads]
         results: list[JudgeResult[T] | None] = [None] * len(checked)
         with tqdm(total=len(checked), desc=desc, disable=not progress, unit="req") as bar:
             todo = []
             for i, key in enumerate(keys):
-                hit = self.cache.get(key, schema) if self.cache is not None else None
+                hit = self.cache.get(key, schemas[i]) if self.cache is not None else None
                 if hit is not None:
-                    results[i] = JudgeResult(value=hit[0], unscored=None, raw=hit[1], cached=True, attempts=0)
+                    value, raw, probs = hit
+                    results[i] = JudgeResult(
+                        value=value, unscored=None, raw=raw, cached=True, attempts=0, probs=probs
+                    )
                     self.stats.record(results[i])
                     bar.update(1)
                 else:
@@ -209,7 +283,7 @@ class Judge(abc.ABC):
                 i = todo[j]
                 if result.ok and self.cache is not None:
                     try:
-                        self.cache.put(keys[i], payloads[i], result.value, result.raw)
+                        self.cache.put(keys[i], payloads[i], result.value, result.raw, probs=result.probs)
                     except OSError as exc:  # a full disk loses the cache entry, not the judgement
                         logger.warning("could not write judge cache file (%s)", exc)
                 results[i] = result
@@ -217,7 +291,7 @@ class Judge(abc.ABC):
                 bar.update(1)
 
             if todo:
-                await self._judge_uncached([checked[i] for i in todo], schema, finish)
+                await self._judge_uncached([checked[i] for i in todo], [schemas[i] for i in todo], finish)
         missing = [i for i, r in enumerate(results) if r is None]
         if missing:  # a backend bug; never hand back fewer results than requests
             raise RuntimeError(f"{type(self).__name__} returned no result for requests {missing[:10]}")
@@ -233,8 +307,9 @@ class Judge(abc.ABC):
         """Everything that decides the reply (hashed into the cache key); never the API key or the server URL."""
 
     @abc.abstractmethod
-    async def _judge_uncached(self, requests: list[list[dict]], schema: type[T], finish) -> None:
-        """Judge `requests`, calling `finish(j, JudgeResult)` exactly once per request index j (any order)."""
+    async def _judge_uncached(self, requests: list[list[dict]], schemas: list[type[T]], finish) -> None:
+        """Judge `requests` (request j against `schemas[j]`), calling `finish(j, JudgeResult)` exactly once per
+        request index j (any order)."""
 
 
 def _schema_fingerprint(schema: type[BaseModel]) -> dict:

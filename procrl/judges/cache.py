@@ -64,23 +64,32 @@ class JudgeCache:
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.json"
 
-    def get(self, key: str, schema: type[T]) -> tuple[T, str | None] | None:
-        """`(value, raw)` of a cached judgement, or None on a miss (an unreadable or invalid file is a miss)."""
+    def get(self, key: str, schema: type[T]) -> tuple[T, str | None, dict | None] | None:
+        """`(value, raw, probs)` of a cached judgement, or None on a miss (an unreadable or invalid file is a miss).
+        `probs` is the judgement's choice probabilities (`JudgeResult.probs`), None when it had none."""
         path = self.path(key)
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             if record.get("key") != key:
                 raise ValueError("key mismatch")
-            return schema.model_validate(record["value"]), record.get("raw")
+            probs = record.get("probs")
+            if probs is not None and not isinstance(probs, dict):
+                raise ValueError("probs is not an object")
+            # Validated from JSON, as the reply was: strict schemas accept a JSON string for an enum field.
+            value = schema.model_validate_json(_canonical_json(record["value"]))
+            return value, record.get("raw"), probs
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError, AttributeError, pydantic.ValidationError) as exc:
             logger.warning("ignoring unreadable judge cache file %s (%s)", path, type(exc).__name__)
             return None
 
-    def put(self, key: str, payload: dict, value: BaseModel, raw: str | None) -> None:
-        """Store one validated judgement (the request payload is kept for inspection; it holds no API key)."""
-        record = {"key": key, "request": payload, "value": value.model_dump(mode="json"), "raw": raw}
+    def put(
+        self, key: str, payload: dict, value: BaseModel, raw: str | None, *, probs: dict | None = None
+    ) -> None:
+        """Store one validated judgement and its choice probabilities (the request payload is kept for inspection;
+        it holds no API key)."""
+        record = {"key": key, "request": payload, "value": value.model_dump(mode="json"), "raw": raw, "probs": probs}
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}-", suffix=".tmp", dir=path.parent)

@@ -20,8 +20,8 @@ from typing import Any
 import openai
 from pydantic import BaseModel
 
-from procrl.judges.base import Judge, JudgeResult, _schema_fingerprint
-from procrl.judges.parse import T, parse_judgement
+from procrl.judges.base import Judge, JudgeResult, _schema_fingerprint, reply_result
+from procrl.judges.parse import T
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -117,7 +117,7 @@ class OpenAICompatibleJudge(Judge):
             "schema": _schema_fingerprint(schema),
         }
 
-    async def _judge_uncached(self, requests: list[list[dict]], schema: type[T], finish) -> None:
+    async def _judge_uncached(self, requests: list[list[dict]], schemas: list[type[T]], finish) -> None:
         semaphore = asyncio.Semaphore(self.max_concurrency)
         # One client per call: its connection pool belongs to this event loop (`judge` may run a fresh loop).
         client = openai.AsyncOpenAI(
@@ -126,7 +126,7 @@ class OpenAICompatibleJudge(Judge):
 
         async def one(j: int) -> None:
             try:
-                result = await self._judge_one(client, semaphore, requests[j], schema)
+                result = await self._judge_one(client, semaphore, requests[j], schemas[j])
             except Exception as exc:  # a bug in our own code path still becomes a typed failure
                 result = JudgeResult(value=None, unscored=f"error:{type(exc).__name__}", attempts=1)
             finish(j, result)
@@ -172,8 +172,7 @@ class OpenAICompatibleJudge(Judge):
                     if raw is _NOT_A_COMPLETION:
                         reason, retry = "invalid_json", True
                     else:
-                        value, reason = parse_judgement(raw, schema)
-                        return JudgeResult(value=value, unscored=reason, raw=raw, attempts=attempts)
+                        return reply_result(raw, schema, attempts=attempts)
             if not retry or attempts > self.max_retries:
                 return JudgeResult(value=None, unscored=reason, raw=None, attempts=attempts)
             delay = self.backoff_s * 2 ** (attempts - 1)

@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from procrl.generation import eos_token_ids, generate_completions, render_prompts
-from procrl.judges.base import Judge, JudgeResult, _schema_fingerprint
-from procrl.judges.parse import T, parse_judgement
+from procrl.judges.base import Judge, JudgeResult, _schema_fingerprint, reply_result
+from procrl.judges.parse import T
 from procrl.models import resolve_model
 from procrl.utils import get_logger
 
@@ -99,7 +99,7 @@ class TransformersJudge(Judge):
                 self._model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
             return self._model, self._tokenizer
 
-    async def _judge_uncached(self, requests: list[list[dict]], schema: type[T], finish) -> None:
+    async def _judge_uncached(self, requests: list[list[dict]], schemas: list[type[T]], finish) -> None:
         for start in range(0, len(requests), self.batch_size):
             batch = requests[start : start + self.batch_size]
             try:
@@ -110,8 +110,7 @@ class TransformersJudge(Judge):
                     finish(start + j, JudgeResult(value=None, unscored=f"error:{type(exc).__name__}", attempts=1))
                 continue
             for j, text in enumerate(texts):
-                value, reason = parse_judgement(text, schema)
-                finish(start + j, JudgeResult(value=value, unscored=reason, raw=text, attempts=1))
+                finish(start + j, reply_result(text, schemas[start + j], attempts=1))
 
     def _generate(self, batch: list[list[dict]]) -> list[str]:
         model, tokenizer = self._load()

@@ -217,8 +217,8 @@ def test_parse_judgement(text, value, reason):
 def test_stats_as_dict_counts_every_result():
     stats = JudgeStats()
     for result in [
-        JudgeResult(Score(score=1), None, attempts=1),
-        JudgeResult(Score(score=2), None, cached=True),
+        JudgeResult(Score(score=1), None, attempts=1, followed_schema=False),
+        JudgeResult(Score(score=2), None, cached=True, probs={"score": {"2": 1.0}}),
         JudgeResult(None, "timeout", attempts=3),
         JudgeResult(None, "timeout", attempts=3),
         JudgeResult(None, "http_400", attempts=1),
@@ -231,6 +231,8 @@ def test_stats_as_dict_counts_every_result():
         "scored": 2,
         "unscored": 3,
         "attempts": 8,
+        "schema_ignored": 1,
+        "with_probs": 1,
         "unscored/http_400": 1,
         "unscored/timeout": 2,
     }
@@ -436,6 +438,8 @@ def test_mixed_batch_keeps_order_and_counts_failures(server):
         "scored": 6,
         "unscored": 4,
         "attempts": 17,
+        "schema_ignored": 0,
+        "with_probs": 0,
         "unscored/http_500": 4,
     }
     assert len(server.posts) == 17

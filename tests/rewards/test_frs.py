@@ -52,14 +52,14 @@ class ScriptedJudge(Judge):
     def _request_payload(self, messages, schema):
         return {"messages": messages, "schema": schema.__name__}
 
-    async def _judge_uncached(self, requests, schema, finish):
+    async def _judge_uncached(self, requests, schemas, finish):
         for j, messages in enumerate(requests):
             self.requests.append(messages)
             raw = self.recorded[_trace_text(messages)]
             if raw is None:
                 finish(j, JudgeResult(value=None, unscored="timeout", raw=None, attempts=4))
             else:
-                value, reason = parse_judgement(raw, schema)
+                value, reason = parse_judgement(raw, schemas[j])
                 finish(j, JudgeResult(value=value, unscored=reason, raw=raw, attempts=1))
 
     def judged_traces(self) -> list[str]:

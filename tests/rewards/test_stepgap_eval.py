@@ -132,7 +132,7 @@ class OracleJudge(Judge):
     def _request_payload(self, messages, schema):
         return {"messages": messages}
 
-    async def _judge_uncached(self, requests, schema, finish):
+    async def _judge_uncached(self, requests, schemas, finish):
         for j, messages in enumerate(requests):
             text = messages[-1]["content"].split("):\n", 1)[1].split("\n\nReply with only", 1)[0].strip()
             _, step, gold = self.by_text[text]
@@ -141,7 +141,7 @@ class OracleJudge(Judge):
             subject = next((p for p in step.evidence if p.title.lower().split(" (")[0] in claim), None)
             quote = " ".join(subject.text.split()[:8]) if subject and gold != "IE" else ""
             body = {"off_target": False, "abstains": False, "entity_match": gold != "IE", "quote": quote}
-            value, reason = parse_judgement(json.dumps(body), schema)
+            value, reason = parse_judgement(json.dumps(body), schemas[j])
             finish(j, JudgeResult(value=value, unscored=reason, raw=json.dumps(body), attempts=1))
 
 

@@ -33,11 +33,11 @@ class RecordedJudge(Judge):
     def _request_payload(self, messages, schema):
         return {"messages": messages, "schema": schema.__name__}
 
-    async def _judge_uncached(self, requests, schema, finish):
+    async def _judge_uncached(self, requests, schemas, finish):
         for j, messages in enumerate(requests):
             user = messages[-1]["content"]
             text = next((reply for marker, reply in self.replies.items() if marker in user), "no reply")
-            value, reason = parse_judgement(text, schema)
+            value, reason = parse_judgement(text, schemas[j])
             finish(j, JudgeResult(value=value, unscored=reason, raw=text, attempts=1))
 
 

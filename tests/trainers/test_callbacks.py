@@ -52,10 +52,10 @@ class ConstantJudge(Judge):
     def _request_payload(self, messages, schema):
         return {"messages": messages}
 
-    async def _judge_uncached(self, requests, schema, finish):
+    async def _judge_uncached(self, requests, schemas, finish):
         for j in range(len(requests)):
             if self.mode == "ok":
-                value = schema(faithfulness=3, utility=4, coherence=4, factuality=4)
+                value = schemas[j](faithfulness=3, utility=4, coherence=4, factuality=4)
                 finish(j, JudgeResult(value=value, unscored=None, raw="{}", attempts=1))
             else:
                 finish(j, JudgeResult(value=None, unscored="timeout", raw=None, attempts=4))
