@@ -7,12 +7,14 @@ import asyncio
 import http.server
 import json
 import logging
+import math
 import os
 import pickle
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Literal
 
 import pytest
 import torch
@@ -56,8 +58,9 @@ HOLD_S = 30.0
 class FaultServer:
     """`/v1/chat/completions` on 127.0.0.1 whose answers follow `script[user_text]`, a list of actions, one per
     attempt (the last one repeats). Unknown texts get 200 with '{"score": 1}'. Actions:
-    ("ok", content) | ("status", code) | ("body", raw bytes, content type) | ("hold", content): the request is held
-    until `release` is set (by `close`, or the test) or HOLD_S passes, then answered with content.
+    ("ok", content) | ("status", code[, error message[, error param]]) | ("body", raw bytes, content type) |
+    ("hold", content): the request is held until `release` is set (by `close`, or the test) or HOLD_S passes, then
+    answered with content.
     With `gate=n`, every request is held until n requests are in flight at once (or HOLD_S passes); from then on
     the gate stays open. It records every POST body and Authorization header, the maximum number of requests in
     flight (a request stops counting before its response is written, so a client that waits for the response
@@ -118,8 +121,11 @@ class FaultServer:
                     server.release.wait(timeout=HOLD_S)
                 with server.lock:
                     server.in_flight -= 1
-                if action[0] == "status":
-                    self._send(action[1], json.dumps({"error": {"message": "scripted"}}).encode())
+                if action[0] == "status":  # ("status", code[, message[, param]])
+                    error = {"message": action[2] if len(action) > 2 else "scripted"}
+                    if len(action) > 3:
+                        error["param"] = action[3]
+                    self._send(action[1], json.dumps({"error": error}).encode())
                 elif action[0] == "body":
                     self._send(200, action[1], action[2])
                 else:
@@ -260,7 +266,16 @@ def test_cache_key_covers_every_request_field_and_not_the_url():
         "message": base._request_payload(req("y"), Score),
         "role": base._request_payload([{"role": "user", "content": "x"}], Score),
         "max_tokens": OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=65)._request_payload(req("x"), Score),
-        "json_mode": OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=64, json_mode=False)._request_payload(
+        "json_object": OpenAICompatibleJudge(
+            "http://a:1/v1", "m", max_tokens=64, response_format="json_object"
+        )._request_payload(req("x"), Score),
+        "no_format": OpenAICompatibleJudge(
+            "http://a:1/v1", "m", max_tokens=64, response_format="none"
+        )._request_payload(req("x"), Score),
+        "no_logprobs": OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=64, logprobs=None)._request_payload(
+            req("x"), Score
+        ),
+        "top_3": OpenAICompatibleJudge("http://a:1/v1", "m", max_tokens=64, logprobs=3)._request_payload(
             req("x"), Score
         ),
         "extra_body": OpenAICompatibleJudge(
@@ -468,9 +483,15 @@ def test_request_body_is_what_the_docs_say(server):
     body = server.posts[0]
     assert body["model"] == "fault-model" and body["messages"] == req("a")
     assert body["temperature"] == 0 and body["max_tokens"] == 33 and body["top_k"] == 1
-    assert body["response_format"] == {"type": "json_object"}
-    make_judge(server, json_mode=False).judge([req("b")], Score, progress=False)
-    assert "response_format" not in server.posts[1]
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "Score", "schema": Score.model_json_schema(), "strict": True},
+    }
+    assert body["logprobs"] is True and body["top_logprobs"] == 5
+    make_judge(server, response_format="none", logprobs=None).judge([req("b")], Score, progress=False)
+    assert not {"response_format", "logprobs", "top_logprobs"} & set(server.posts[1])
+    make_judge(server, response_format="json_object", logprobs=2).judge([req("c")], Score, progress=False)
+    assert server.posts[2]["response_format"] == {"type": "json_object"} and server.posts[2]["top_logprobs"] == 2
 
 
 @pytest.mark.parametrize(
@@ -674,3 +695,139 @@ def test_judge_server_start_failure_raises_with_log_tail(tmp_path):
     last_line = Path(tmp_path / "server.log").read_text().strip().splitlines()[-1]
     assert "no-such-model" in last_line and last_line in str(info.value)  # the log tail says what went wrong
     assert server._process is None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The client sends the schema and asks for log-probs; servers that ignore or refuse them
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class Label(BaseModel):
+    label: Literal["entailment", "neutral", "contradiction"]
+
+
+def completion_with_logprobs(content: str, tokens: list[tuple[str, float, list[tuple[str, float]]]]) -> bytes:
+    """A chat completion whose `logprobs.content` holds (token, logprob, top_logprobs) per generated token."""
+    body = completion("fault-model", content)
+    body["choices"][0]["logprobs"] = {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": None, "top_logprobs": [{"token": a, "logprob": b} for a, b in top]}
+            for t, lp, top in tokens
+        ]
+    }
+    return json.dumps(body).encode()
+
+
+def test_each_request_carries_its_own_schema(server):
+    server.script["a"] = [("ok", '{"score": 2}')]
+    server.script["b"] = [("ok", '{"label": "neutral"}')]
+    results = make_judge(server).judge([req("a"), req("b")], [Score, Label], progress=False)
+    assert [r.value for r in results] == [Score(score=2), Label(label="neutral")]
+    assert all(r.followed_schema is True for r in results)
+    formats = {post["messages"][-1]["content"]: post["response_format"] for post in server.posts}
+    assert formats["a"]["json_schema"]["schema"] == Score.model_json_schema()
+    assert formats["b"]["json_schema"] == {"name": "Label", "schema": Label.model_json_schema(), "strict": True}
+    assert formats["b"]["json_schema"]["schema"]["properties"]["label"]["enum"] == [
+        "entailment",
+        "neutral",
+        "contradiction",
+    ]
+
+
+def test_server_that_ignores_the_schema_is_parsed_and_counted(server):
+    # transformers serve ignores response_format and logprobs: prose around the JSON, no logprobs in the response.
+    server.script["a"] = [("ok", 'Sure! My grade: {"score": 3}. Hope it helps.')]
+    server.script["b"] = [("ok", '{"score": 4}')]
+    judge = make_judge(server)
+    first, second = judge.judge([req("a"), req("b")], Score, progress=False)
+    assert first.value == Score(score=3) and first.followed_schema is False and first.probs is None
+    assert second.followed_schema is True and second.probs is None
+    stats = judge.stats.as_dict()
+    assert stats["scored"] == 2 and stats["schema_ignored"] == 1 and stats["with_probs"] == 0
+
+
+def test_logprobs_become_choice_probabilities(server, tmp_path):
+    # ' 4' chosen with p = 0.6 but left out of its top_logprobs (added back); ' 3' 0.2, ' 5' 0.1, ' ' (every
+    # option: not counted) 0.05; the EOS token the server decodes but leaves out of the content is ignored.
+    tokens = [
+        ('{"', math.log(0.99), [('{"', math.log(0.99))]),
+        ("score", math.log(0.9), [("score", math.log(0.9))]),
+        ('":', math.log(0.9), [('":', math.log(0.9))]),
+        (" 4", math.log(0.6), [(" 3", math.log(0.2)), (" 5", math.log(0.1)), (" ", math.log(0.05))]),
+        ("}", math.log(0.9), [("}", math.log(0.9))]),
+        ("<|im_end|>", math.log(0.9), []),
+    ]
+    server.script["a"] = [("body", completion_with_logprobs('{"score": 4}', tokens), "application/json")]
+    judge = make_judge(server, cache_dir=tmp_path)
+    (result,) = judge.judge([req("a")], Score, progress=False)
+    expected = {"1": 0.0, "2": 0.0, "3": 0.2 / 0.9, "4": 0.6 / 0.9, "5": 0.1 / 0.9}
+    assert result.value == Score(score=4) and list(result.probs) == ["score"]
+    assert result.probs["score"] == pytest.approx(expected, abs=1e-9)
+    assert judge.stats.with_probs == 1
+    (again,) = make_judge(server, cache_dir=tmp_path).judge([req("a")], Score, progress=False)
+    assert again.cached and again.probs["score"] == pytest.approx(expected, abs=1e-9)  # the cache keeps them
+
+
+def test_malformed_logprobs_are_no_probs_not_a_failure(server):
+    body = json.loads(completion_with_logprobs('{"score": 4}', [('{"score": 4}', 0.0, [])]))
+    body["choices"][0]["logprobs"] = {"content": "not a list"}
+    server.script["a"] = [("body", json.dumps(body).encode(), "application/json")]
+    (result,) = make_judge(server).judge([req("a")], Score, progress=False)
+    assert result.value == Score(score=4) and result.probs is None and result.attempts == 1
+
+
+def test_refused_json_schema_falls_back_to_json_object(server, tmp_path):
+    refusal = ("status", 400, "response_format json_schema is not supported", "response_format")
+    server.script["a"] = [refusal, ("ok", '{"score": 2}')]
+    judge = make_judge(server, cache_dir=tmp_path)
+    (result,) = judge.judge([req("a")], Score, progress=False)
+    assert result.value == Score(score=2) and result.attempts == 2
+    assert server.posts[0]["response_format"]["type"] == "json_schema"
+    assert server.posts[1]["response_format"] == {"type": "json_object"} and server.posts[1]["logprobs"] is True
+    assert judge.refused == {"json_schema"} and judge.degraded == {"json_schema": 1}
+    # Remembered: the next request goes out as json_object at once.
+    (other,) = judge.judge([req("b")], Score, progress=False)
+    assert other.ok and other.attempts == 1 and server.posts[2]["response_format"] == {"type": "json_object"}
+    assert judge.degraded == {"json_schema": 2}
+    # The reply got without the schema is filed under json_object: a judge that sends the schema misses it ...
+    fresh = make_judge(server, cache_dir=tmp_path)
+    (again,) = fresh.judge([req("a")], Score, progress=False)
+    assert not again.cached and server.posts[3]["response_format"]["type"] == "json_schema"
+    # ... and the refusing judge finds it.
+    (hit,) = judge.judge([req("a")], Score, progress=False)
+    assert hit.cached and hit.value == Score(score=2) and len(server.posts) == 4
+
+
+def test_refused_logprobs_then_format_each_dropped_once(server):
+    server.script["a"] = [
+        ("status", 400, "top_logprobs: logprobs are not supported by this server"),
+        ("status", 422, "Unexpected fields in the request: {'response_format'}"),
+        ("status", 400, "json_object mode is not available"),
+        ("ok", 'Here: {"score": 5}'),
+    ]
+    judge = make_judge(server, max_retries=0)
+    (result,) = judge.judge([req("a")], Score, progress=False)
+    assert result.value == Score(score=5) and result.attempts == 4 and result.followed_schema is False
+    sent = [(p.get("logprobs"), (p.get("response_format") or {}).get("type")) for p in server.posts]
+    assert sent == [(True, "json_schema"), (None, "json_schema"), (None, "json_object"), (None, None)]
+    assert judge.refused == {"logprobs", "json_schema", "json_object"}
+    assert judge.degraded == {"logprobs": 1, "json_schema": 1}
+
+
+def test_a_400_that_names_no_feature_is_not_a_refusal(server):
+    server.script["a"] = [
+        ("status", 400, "This model's maximum context length is 2048 tokens."),
+        ("ok", '{"score": 1}'),
+    ]
+    judge = make_judge(server)
+    (result,) = judge.judge([req("a")], Score, progress=False)
+    assert result.unscored == "http_400" and result.attempts == 1
+    assert judge.refused == set() and not judge.degraded
+
+
+def test_bad_response_format_or_logprobs_raise():
+    with pytest.raises(ValueError, match="response_format"):
+        OpenAICompatibleJudge("http://a:1/v1", "m", response_format="json")
+    for bad in (0, 21, True):
+        with pytest.raises(ValueError, match="logprobs"):
+            OpenAICompatibleJudge("http://a:1/v1", "m", logprobs=bad)
