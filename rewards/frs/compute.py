@@ -4,7 +4,10 @@ Only the traces that are used are judged (`plan_judging`): the top floor(max(K%)
 selection gain needs (`FRSConfig.random_baseline`); the bin estimator (`estimator="bins"`) judges at most
 `max_per_bin` traces of each equal-count confidence bin that overlaps the top max(K)%. FRS@K = mean RS over the kept
 traces that have a score; the selection gain is the mean, over questions with >= 2 ranked traces, of
-RS(most confident trace) - RS(random trace).
+RS(most confident trace) - RS(random trace). Each is computed twice: from RS (the validated scores) and from
+RS_expected (the G-Eval expected scores, `Trace.rs_expected`), the latter only when every scored trace has expected
+scores (else None, and `FRSReport.n_scored_without_probs` says how many lack them). `rs_auc` / `rs_expected_auc`:
+how well RS separates correct from incorrect final answers over the scored traces (`mann_whitney_auc`).
 """
 
 from __future__ import annotations
@@ -16,13 +19,15 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from procrl.rewards.frs.confidence import kept_count, rank_by_confidence
-from procrl.rewards.frs.judging import ReasoningJudgement, judge_messages
+from procrl.rewards.frs.judging import ReasoningJudgement, expected_scores, judge_messages
 from procrl.rewards.frs.traces import FRSConfig, FRSReport, Trace
 
 if TYPE_CHECKING:  # the judge client is only needed when something is judged
     from procrl.judges import Judge, JudgeResult
 
-__all__ = ["compute_frs", "judge_traces", "plan_judging", "summarize"]
+__all__ = ["compute_frs", "judge_traces", "mann_whitney_auc", "plan_judging", "summarize"]
+
+_RS, _RS_EXPECTED = "rs", "rs_expected"  # the two `Trace` properties every estimate can be computed from
 
 
 def compute_frs(
@@ -68,7 +73,12 @@ def judge_traces(
     traces: Sequence[Trace], indices: Sequence[int], judge: Judge, config: FRSConfig, *, progress: bool = True
 ) -> None:
     """Judge `traces[i]` for every i in `indices` (one batched call, so the client's concurrency applies) and
-    store each result in the trace: `scores` when valid, else `unscored` with the reason."""
+    store each result in the trace: `scores` (and `expected_scores` when the result carries probabilities for all
+    four dimensions) when valid, else `unscored` with the reason. The request shows the final-answer check unless
+    `config.judge_sees_correctness` is False.
+
+    Raises:
+        RuntimeError: the judge returned another number of results than requests (a backend bug)."""
     if not indices:
         return
     requests = [
@@ -78,6 +88,7 @@ def judge_traces(
             traces[i].gold,
             traces[i].correct,
             max_trace_chars=config.max_trace_chars,
+            show_final_correct=config.judge_sees_correctness,
         )
         for i in indices
     ]
@@ -86,6 +97,7 @@ def judge_traces(
         raise RuntimeError(f"the judge returned {len(results)} results for {len(indices)} requests")
     for i, result in zip(indices, results, strict=True):
         traces[i].scores, traces[i].unscored = _scores_of(result)
+        traces[i].expected_scores = expected_scores(result.probs) if traces[i].scores is not None else None
 
 
 def _scores_of(result: JudgeResult) -> tuple[dict[str, int] | None, str | None]:
@@ -93,14 +105,31 @@ def _scores_of(result: JudgeResult) -> tuple[dict[str, int] | None, str | None]:
         return None, result.unscored or "unscored"
     try:
         value = result.value
-        judgement = value if isinstance(value, ReasoningJudgement) else ReasoningJudgement.model_validate(value)
+        if isinstance(value, ReasoningJudgement):
+            value = value.model_dump()  # re-validated below: a judge may have built it with model_construct
+        judgement = ReasoningJudgement.model_validate(value)  # strict: no coercion of a bool, "3" or 3.0
     except Exception:  # a judge that returned something else than the schema: a typed failure, not a crash
         return None, "schema"
     return judgement.model_dump(), None
 
 
+def mann_whitney_auc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
+    """P(X > Y) + P(X = Y) / 2 for X drawn from `positives` and Y from `negatives` (the Mann-Whitney U statistic
+    divided by n_pos * n_neg, i.e. the ROC AUC of the score for telling the two classes apart); None when either is
+    empty. Exact: counts all n_pos * n_neg pairs (400 x 400 pairs at most for FRS's judged traces).
+
+    >>> mann_whitney_auc([3, 2], [1, 2])   # pairs: 3>1, 3>2, 2>1, 2=2 -> (3 + 0.5) / 4
+    0.875
+    """
+    if not positives or not negatives:
+        return None
+    wins = sum((x > y) + 0.5 * (x == y) for x in positives for y in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
 def summarize(traces: Sequence[Trace], config: FRSConfig, judge_stats: dict[str, Any] | None = None) -> FRSReport:
-    """FRS@K, accuracies and selection gain from traces whose judged ones carry `scores` (see `compute_frs`)."""
+    """FRS@K, accuracies, selection gain and the AUC of RS (each from RS and from RS_expected) from traces whose
+    judged ones carry `scores` / `expected_scores` (see `compute_frs` and the module docstring)."""
     ranked = rank_by_confidence([t.confidence for t in traces])
     n = len(ranked)
     kept_at_k = {k: kept_count(n, k) for k in config.k_values}
@@ -108,20 +137,23 @@ def summarize(traces: Sequence[Trace], config: FRSConfig, judge_stats: dict[str,
     dropped_at_k: dict[float, int] = {}
     accuracy_at_k: dict[float, float | None] = {}
     bins = _bins(ranked, config) if config.estimator == "bins" else None
+    scored = [t for t in traces if t.scores is not None]
+    without_probs = sum(t.expected_scores is None for t in scored)
+    with_expected = bool(scored) and without_probs == 0  # RS_expected estimates only when no trace lacks them
+    at_k_expected: dict[float, float | None] = {}
     for k, keep in kept_at_k.items():
         kept = ranked[:keep]
         accuracy_at_k[k] = _accuracy(traces[i] for i in kept)
-        if bins is None:
-            scores = [traces[i].rs for i in kept]
-            valid = [s for s in scores if s is not None]
-            at_k[k] = _mean(valid)
-            dropped_at_k[k] = len(scores) - len(valid)
-        else:
-            at_k[k], dropped_at_k[k] = _bin_estimate(traces, ranked, bins, keep)
+        at_k[k], dropped_at_k[k] = _frs_at(traces, ranked, bins, keep, _RS)
+        at_k_expected[k] = _frs_at(traces, ranked, bins, keep, _RS_EXPECTED)[0] if with_expected else None
     judged = [t for t in traces if t.scores is not None or t.unscored is not None]
-    gain, questions, dropped = None, 0, 0
+    gain, questions, dropped, gain_expected = None, 0, 0, None
     if config.selection_gain and judged:  # without any judgement there is nothing to compare
-        gain, questions, dropped = _selection_gain(traces, ranked, config)
+        gain, questions, dropped = _selection_gain(traces, ranked, config, _RS)
+        if with_expected:
+            gain_expected = _selection_gain(traces, ranked, config, _RS_EXPECTED)[0]
+    correct = [t for t in scored if t.correct is True]
+    incorrect = [t for t in scored if t.correct is False]
     confidences = [t.confidence for t in traces if t.confidence is not None]
     return FRSReport(
         k_percent=config.k_percent,
@@ -147,6 +179,19 @@ def summarize(traces: Sequence[Trace], config: FRSConfig, judge_stats: dict[str,
         estimator=config.estimator,
         random_baseline=config.random_baseline,
         judge=judge_stats,
+        score_expected=at_k_expected.get(config.k_percent),
+        at_k_expected=at_k_expected,
+        selection_gain_expected=gain_expected,
+        n_scored_without_probs=without_probs,
+        rs_auc=mann_whitney_auc([t.rs for t in correct], [t.rs for t in incorrect]),
+        rs_expected_auc=(
+            mann_whitney_auc([t.rs_expected for t in correct], [t.rs_expected for t in incorrect])
+            if with_expected
+            else None
+        ),
+        auc_n_correct=len(correct),
+        auc_n_incorrect=len(incorrect),
+        judge_sees_correctness=config.judge_sees_correctness,
     )
 
 
@@ -181,19 +226,35 @@ def _random_member(traces: Sequence[Trace], group: Sequence[int], seed: int) -> 
     return members[_hash_int(seed, "random", traces[members[0]].problem_id) % len(members)]
 
 
-def _selection_gain(traces: Sequence[Trace], ranked: Sequence[int], config: FRSConfig) -> tuple[float | None, int, int]:
+def _frs_at(
+    traces: Sequence[Trace], ranked: Sequence[int], bins: Sequence[Sequence[int]] | None, keep: int, attr: str
+) -> tuple[float | None, int]:
+    """(FRS over the top `keep` ranked traces, kept traces without a score) from the `attr` score of each trace."""
+    if bins is not None:
+        return _bin_estimate(traces, ranked, bins, keep, attr)
+    scores = [getattr(traces[i], attr) for i in ranked[:keep]]
+    valid = [s for s in scores if s is not None]
+    return _mean(valid), len(scores) - len(valid)
+
+
+def _selection_gain(
+    traces: Sequence[Trace], ranked: Sequence[int], config: FRSConfig, attr: str
+) -> tuple[float | None, int, int]:
+    def rs(i: int) -> float | None:
+        return getattr(traces[i], attr)
+
     gains, dropped = [], 0
     for group in _question_groups(traces, ranked).values():
         if len(group) < 2:
             continue
         if config.random_baseline == "mean":
-            scored = [i for i in group if traces[i].rs is not None]  # "valid traces": ranked and scored
+            scored = [i for i in group if rs(i) is not None]  # "valid traces": ranked and scored
             if len(scored) < 2:
                 dropped += 1
                 continue
-            gains.append(traces[scored[0]].rs - _mean([traces[i].rs for i in scored]))
+            gains.append(rs(scored[0]) - _mean([rs(i) for i in scored]))
         else:
-            top, pick = traces[group[0]].rs, traces[_random_member(traces, group, config.seed)].rs
+            top, pick = rs(group[0]), rs(_random_member(traces, group, config.seed))
             if top is None or pick is None:
                 dropped += 1
                 continue
@@ -223,9 +284,10 @@ def _bins(ranked: Sequence[int], config: FRSConfig) -> list[list[int]]:
 
 
 def _bin_estimate(
-    traces: Sequence[Trace], ranked: Sequence[int], bins: Sequence[Sequence[int]], keep: int
+    traces: Sequence[Trace], ranked: Sequence[int], bins: Sequence[Sequence[int]], keep: int, attr: str = _RS
 ) -> tuple[float | None, int]:
-    """FRS@K by the bin estimator: sum over bins of w_b * mean RS of the bin's judged sample, w_b = the bin's share
+    """FRS@K by the bin estimator: sum over bins of w_b * mean RS (the trace's `attr`: rs or rs_expected) of the
+    bin's judged sample, w_b = the bin's share
     of the top `keep` ranked positions; bins without any score are left out and the weights renormalised.
     Returns (estimate, number of sampled traces in overlapping bins without a score)."""
     n, n_bins = len(ranked), len(bins)
@@ -235,7 +297,7 @@ def _bin_estimate(
         overlap = max(0, min(hi, keep) - lo)
         if overlap == 0 or not sample:
             continue
-        scores = [traces[i].rs for i in sample]
+        scores = [getattr(traces[i], attr) for i in sample]
         valid = [s for s in scores if s is not None]
         dropped += len(scores) - len(valid)
         if valid:

@@ -1,5 +1,12 @@
 """FRS data (part of `procrl.rewards.frs`): one judged `Trace`, the `FRSConfig` of the computation and the
 `FRSReport` it gives.
+
+A judged trace keeps two readings of the judge: `scores`, the four validated integer scores (RS, `Trace.rs`), and
+`expected_scores`, the four G-Eval expected scores from the judge's probabilities (RS_expected,
+`Trace.rs_expected`; only with a backend that returns log-probs). The report carries both: `at_k` / `score` /
+`selection_gain` / `rs_auc` from RS, and `at_k_expected` / `score_expected` / `selection_gain_expected` /
+`rs_expected_auc` from RS_expected (None unless every scored trace has expected scores; `n_scored_without_probs`
+counts those that do not).
 """
 
 from __future__ import annotations
@@ -7,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from procrl.rewards.frs.judging import ReasoningJudgement, reasoning_score
+from procrl.rewards.frs.judging import reasoning_score
 
 __all__ = ["DEFAULT_K_VALUES", "FRSConfig", "FRSReport", "Trace"]
 
@@ -27,8 +34,12 @@ class Trace:
             gold cannot be parsed.
         confidence: tail confidence (probability, in [0, 1]); None for an empty trace.
         num_tokens: L, completion tokens including EOS.
-        scores: the judge's scores once judged and valid, else None.
+        scores: the judge's scores once judged and valid (integers 1-5 by dimension, the validated reply: the
+            argmax of each score's distribution under greedy decoding), else None.
         unscored: why the judgement failed (the judge client's reason), else None.
+        expected_scores: the expected score of each dimension, sum_v p(v) * v over 1-5 (floats in [1, 5], G-Eval;
+            `procrl.rewards.frs.judging.expected_scores`), when the judge returned probabilities for all four;
+            else None.
     """
 
     problem_id: str
@@ -40,14 +51,35 @@ class Trace:
     num_tokens: int
     scores: dict[str, int] | None = None
     unscored: str | None = None
+    expected_scores: dict[str, float] | None = None
 
     @property
     def rs(self) -> float | None:
-        """Reasoning score in [0, 100], None when not (validly) judged."""
-        return None if self.scores is None else reasoning_score(ReasoningJudgement(**self.scores))
+        """Reasoning score in [0, 100] from `scores`, None when not (validly) judged."""
+        return None if self.scores is None else reasoning_score(self.scores)
+
+    @property
+    def rs_expected(self) -> float | None:
+        """Reasoning score in [0, 100] from `expected_scores` (G-Eval), None without them."""
+        return None if self.expected_scores is None else reasoning_score(self.expected_scores)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(asdict(self), rs=self.rs)
+        """The fields, plus `rs`, plus `rs_expected` when the trace has expected scores.
+
+        `rs_expected` is left out otherwise so that a trace written before judging (`traces.jsonl`) reads back with
+        `Trace(**row)` once `rs` is dropped (`procrl.trainers.frs_traces`); `from_dict` drops both."""
+        out = dict(asdict(self), rs=self.rs)
+        if self.expected_scores is not None:
+            out["rs_expected"] = self.rs_expected
+        return out
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Trace:
+        """The inverse of `to_dict` (the derived `rs` and `rs_expected` are dropped).
+
+        Raises:
+            TypeError: a key that is neither a field nor a derived value, or a missing field."""
+        return cls(**{k: v for k, v in row.items() if k not in ("rs", "rs_expected")})
 
 
 @dataclass
@@ -81,6 +113,13 @@ class FRSConfig:
     )
     seed: int = field(default=0, metadata={"help": "Seed of the hash-based random choices (bins, random trace)."})
     max_trace_chars: int = field(default=8000, metadata={"help": "Longer traces are cut in the middle for the judge."})
+    judge_sees_correctness: bool = field(
+        default=True,
+        metadata={
+            "help": 'Show the judge {"final_correct": ...} (the answer check); False drops that line from the '
+            "prompt (the ablation: does RS carry more than the flag?)."
+        },
+    )
 
     def __post_init__(self):
         self.k_values = tuple(sorted({*(float(k) for k in self.k_values), float(self.k_percent)}))
@@ -107,7 +146,7 @@ class FRSReport:
     """FRS of one set of traces (one model on one benchmark). Scores are RS units (0-100); None = nothing scored.
 
     Attributes:
-        score: FRS@k_percent.
+        score: FRS@k_percent (from RS, the validated scores).
         at_k: FRS@K for every K of the curve.
         accuracy: fraction of traces whose final answer is correct (traces with an unparseable gold left out and
             counted in `n_unparseable_gold`).
@@ -121,6 +160,16 @@ class FRSReport:
         n_no_confidence: empty traces, left out of the ranking.
         judge: the judge client's counters (`JudgeStats.as_dict()`, over the client's whole life, so a judge reused
             by the training callback accumulates them; None without a judge).
+        score_expected, at_k_expected, selection_gain_expected: the same from RS_expected (G-Eval expected scores);
+            None (every K) unless every scored trace has expected scores.
+        n_scored_without_probs: scored traces without expected scores (the backend gave no log-probs for them).
+        rs_auc: AUC of RS separating correct from incorrect final answers over the scored traces with a parseable
+            gold (Mann-Whitney: P(RS of a correct trace > RS of an incorrect one), ties count 1/2); 0.5 = RS carries
+            no information about correctness. None when either class is empty. The scored traces are the judged ones
+            (the most confident half plus the selection gain's picks), not a random sample.
+        rs_expected_auc: the same for RS_expected (None as `score_expected`).
+        auc_n_correct, auc_n_incorrect: the traces of each class behind the AUCs.
+        judge_sees_correctness: whether the judge was shown the final-answer check (`FRSConfig`).
     """
 
     k_percent: float
@@ -146,19 +195,35 @@ class FRSReport:
     estimator: str
     random_baseline: str
     judge: dict[str, Any] | None = None
+    score_expected: float | None = None
+    at_k_expected: dict[float, float | None] = field(default_factory=dict)
+    selection_gain_expected: float | None = None
+    n_scored_without_probs: int = 0
+    rs_auc: float | None = None
+    rs_expected_auc: float | None = None
+    auc_n_correct: int = 0
+    auc_n_incorrect: int = 0
+    judge_sees_correctness: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def metrics(self, prefix: str = "frs/") -> dict[str, float]:
-        """Scalars for a tracker: score, at_k/<K>, accuracy, accuracy_kept, selection_gain, unscored, judged.
-        Metrics without a value (None) are left out rather than logged as NaN."""
+        """Scalars for a tracker: score, at_k/<K>, accuracy, accuracy_kept, selection_gain, unscored, judged,
+        mean_confidence, rs_auc, and their RS_expected twins (score_expected, at_k_expected/<K>,
+        selection_gain_expected, rs_expected_auc). Metrics without a value (None) are left out rather than logged as
+        NaN."""
         values: dict[str, float | None] = {
             "score": self.score,
             **{f"at_k/{k}": v for k, v in self.at_k.items()},
+            "score_expected": self.score_expected,
+            **{f"at_k_expected/{k}": v for k, v in self.at_k_expected.items()},
             "accuracy": self.accuracy,
             "accuracy_kept": self.accuracy_kept,
             "selection_gain": self.selection_gain,
+            "selection_gain_expected": self.selection_gain_expected,
+            "rs_auc": self.rs_auc,
+            "rs_expected_auc": self.rs_expected_auc,
             "unscored": float(sum(self.unscored.values())),
             "judged": float(self.n_judged),
             "mean_confidence": self.mean_confidence,

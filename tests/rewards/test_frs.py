@@ -16,16 +16,20 @@ import pytest
 from pydantic import ValidationError
 
 from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.judges.base import reply_result
 from procrl.rewards.frs import (
     DIMENSIONS,
     REPLY_FORMAT,
     RUBRIC,
+    RUBRIC_WITHOUT_CORRECTNESS,
     FRSConfig,
     ReasoningJudgement,
     Trace,
     compute_frs,
+    expected_scores,
     judge_messages,
     kept_count,
+    mann_whitney_auc,
     plan_judging,
     rank_by_confidence,
     reasoning_score,
@@ -42,11 +46,13 @@ from procrl.rewards.frs import (
 
 class ScriptedJudge(Judge):
     """A real `Judge` whose backend answers each request with a recorded raw output (found by the trace text in the
-    request), parsed by the client's own `parse_judgement`; None records a timeout. Keeps every request."""
+    request), parsed by the client's own `parse_judgement`; None records a timeout. `probs` (trace text ->
+    `JudgeResult.probs`) plays a backend with log-probs. Keeps every request."""
 
-    def __init__(self, recorded: dict[str, str | None]):
-        super().__init__("scripted")
+    def __init__(self, recorded: dict[str, str | None], probs: dict[str, dict] | None = None, cache_dir=None):
+        super().__init__("scripted", cache_dir=cache_dir)
         self.recorded = recorded  # trace text -> raw judge output
+        self.probs = probs or {}
         self.requests: list[list[dict]] = []
 
     def _request_payload(self, messages, schema):
@@ -60,7 +66,8 @@ class ScriptedJudge(Judge):
                 finish(j, JudgeResult(value=None, unscored="timeout", raw=None, attempts=4))
             else:
                 value, reason = parse_judgement(raw, schemas[j])
-                finish(j, JudgeResult(value=value, unscored=reason, raw=raw, attempts=1))
+                probs = self.probs.get(_trace_text(messages)) if value is not None else None
+                finish(j, JudgeResult(value=value, unscored=reason, raw=raw, attempts=1, probs=probs))
 
     def judged_traces(self) -> list[str]:
         return [_trace_text(m) for m in self.requests]
@@ -190,18 +197,57 @@ def test_reasoning_score(scores, rs):
     assert reasoning_score(ReasoningJudgement(**dict(zip(DIMENSIONS, scores, strict=True)))) == rs
 
 
+_VALID = {"faithfulness": 3, "utility": 4, "coherence": 5, "factuality": 1}
+
+
 @pytest.mark.parametrize(
-    "recorded",
+    "reply",
     [
-        raw(0, 3, 3, 3),  # below the scale
-        raw(6, 3, 3, 3),  # above it
-        '{"faithfulness": 3.5, "utility": 3, "coherence": 3, "factuality": 3}',  # not an integer
-        '{"faithfulness": 3, "utility": 3, "coherence": 3}',  # a dimension missing
+        {**_VALID, "faithfulness": 0},  # below the scale
+        {**_VALID, "faithfulness": 6},  # above it
+        {**_VALID, "faithfulness": 3.5},  # not an integer
+        {**_VALID, "faithfulness": 3.0},  # a float, even a whole one: lax pydantic would make it 3
+        {**_VALID, "faithfulness": True},  # lax pydantic would make it 1
+        {**_VALID, "faithfulness": False},
+        {**_VALID, "faithfulness": "3"},  # a numeric string: lax pydantic would make it 3
+        {**_VALID, "faithfulness": None},
+        {k: v for k, v in _VALID.items() if k != "factuality"},  # a dimension missing
+        {**_VALID, "reason": "fine"},  # an extra key
+        {**_VALID, "overall": 4},
     ],
 )
-def test_schema_rejects_out_of_rubric_outputs(recorded):
+def test_schema_is_strict_on_both_validation_paths(reply):
+    text = json.dumps(reply)
+    # the constrained path: a backend returns one JSON document, validated in JSON mode
     with pytest.raises(ValidationError):
-        ReasoningJudgement.model_validate_json(recorded)
+        ReasoningJudgement.model_validate_json(text)
+    # the parse-and-extract path (a judge that ignored the schema): the first JSON object, validated in Python mode
+    assert parse_judgement(f"Here are my scores: {text} Thanks.", ReasoningJudgement) == (None, "schema_mismatch")
+    with pytest.raises(ValidationError):
+        ReasoningJudgement(**reply)  # building one in code is strict too
+
+
+def test_schema_accepts_integers_and_is_sent_bounded_and_closed():
+    text = json.dumps(_VALID)
+    assert ReasoningJudgement.model_validate_json(text).model_dump() == _VALID
+    value, reason = parse_judgement(f"```json\n{text}\n```", ReasoningJudgement)
+    assert reason is None and value.model_dump() == _VALID
+    schema = ReasoningJudgement.model_json_schema()
+    assert schema["additionalProperties"] is False and schema["required"] == list(DIMENSIONS)
+    for name in DIMENSIONS:
+        assert (schema["properties"][name]["type"], schema["properties"][name]["minimum"]) == ("integer", 1)
+        assert schema["properties"][name]["maximum"] == 5
+
+
+def test_a_coercible_reply_is_unscored_not_a_score():
+    # through the whole FRS path: a judge replying `true` or "3" gets no score (lax validation made them 1 and 3)
+    recorded = {f"trace-{i}": raw(4) for i in range(12)}
+    recorded["trace-0"] = json.dumps({**_VALID, "utility": True})
+    recorded["trace-4"] = json.dumps({**_VALID, "utility": "3"})
+    report = compute_frs(build_traces(), ScriptedJudge(recorded), FRSConfig(selection_gain=False), progress=False)
+    assert report.unscored == {"schema_mismatch": 2}
+    assert report.at_k[20] is None  # the top two (0 and 4) both unscored
+    assert report.at_k[30] == 75.0  # trace 8: raw(4)
 
 
 def test_judge_request_holds_problem_trace_gold_and_correctness():
@@ -419,3 +465,251 @@ def test_config_validation():
         FRSConfig(estimator="deciles")
     with pytest.raises(ValueError, match="random_baseline"):
         FRSConfig(random_baseline="uniform")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 5. Probability scores: expected scores (G-Eval) and RS_expected
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_expected_scores_by_hand():
+    probs = {
+        "faithfulness": {"4": 0.5, "5": 0.5},  # 4.5
+        "utility": {"3": 1.0},  # 3
+        "coherence": {"1": 0.25, "2": 0.25, "3": 0.5},  # 0.25 + 0.5 + 1.5 = 2.25
+        "factuality": {"5": 0.8, "4": 0.2},  # 4 + 0.8 = 4.8
+    }
+    got = expected_scores(probs)
+    assert got == pytest.approx({"faithfulness": 4.5, "utility": 3.0, "coherence": 2.25, "factuality": 4.8})
+    # RS_expected = (4.5 + 3 + 2.25 + 4.8 - 4) / 16 * 100 = 10.55 / 16 * 100 = 65.9375
+    assert reasoning_score(got) == pytest.approx(65.9375)
+    # top log-probs that covered only part of the mass: renormalised, {"2": 0.3, "4": 0.1} -> 2 * 0.75 + 4 * 0.25
+    partial = {**probs, "utility": {"2": 0.3, "4": 0.1}}
+    assert expected_scores(partial)["utility"] == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize(
+    "probs",
+    [
+        None,  # the backend gave no log-probs
+        {},
+        {name: {"3": 1.0} for name in DIMENSIONS[:3]},  # a dimension missing
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {}},  # an empty distribution
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {"6": 1.0}},  # not a 1-5 value
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {"3.0": 1.0}},
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {"true": 1.0}},
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {"3": float("nan")}},
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {"3": -0.5, "4": 1.5}},
+        {**{name: {"3": 1.0} for name in DIMENSIONS}, "coherence": {"3": 0.0}},  # no mass
+    ],
+)
+def test_expected_scores_are_none_rather_than_made_up(probs):
+    assert expected_scores(probs) is None
+
+
+def dist(*pairs) -> dict[str, float]:
+    return {str(v): p for v, p in pairs}
+
+
+# Two questions x two traces, ranked (index: confidence) 0:.9  2:.8  1:.7  3:.6; N = 4 -> kept 1 (K25), 2 (K50), 4.
+# Each trace: (the validated reply -> RS, the probabilities -> expected scores -> RS_expected), by hand.
+PROB_TRACES = {
+    # RS (4+5+4+4 - 4) / 16 * 100 = 81.25; E = 4.5, 5, 4, 4 -> (17.5 - 4) * 6.25 = 84.375
+    0: (raw(4, 5, 4, 4), [dist((4, 0.5), (5, 0.5)), dist((5, 1.0)), dist((3, 0.5), (5, 0.5)), dist((4, 1.0))]),
+    # RS 25; E = 0.5 + 1.5 + 1 = 3 each -> (12 - 4) * 6.25 = 50
+    1: (raw(2), [dist((2, 0.25), (3, 0.5), (4, 0.25))] * 4),
+    # RS 50; E = 3 each -> 50
+    2: (raw(3), [dist((3, 1.0))] * 4),
+    # RS 100; E = 5 each -> 100
+    3: (raw(5), [dist((5, 1.0))] * 4),
+}
+PROB_CORRECT = [True, True, False, False]
+
+
+def prob_traces() -> list[Trace]:
+    confidences = [0.9, 0.7, 0.8, 0.6]
+    return [trace(i, "AB"[i // 2], c, PROB_CORRECT[i]) for i, c in enumerate(confidences)]
+
+
+def prob_judge(without_probs: tuple[int, ...] = (), cache_dir=None) -> ScriptedJudge:
+    recorded = {f"trace-{i}": reply for i, (reply, _) in PROB_TRACES.items()}
+    probs = {
+        f"trace-{i}": dict(zip(DIMENSIONS, dists, strict=True))
+        for i, (_, dists) in PROB_TRACES.items()
+        if i not in without_probs
+    }
+    return ScriptedJudge(recorded, probs, cache_dir=cache_dir)
+
+
+PROB_CONFIG = FRSConfig(k_percent=50, k_values=(25, 50, 100), random_baseline="mean")
+
+
+def test_frs_from_expected_scores_by_hand():
+    traces = prob_traces()
+    report = compute_frs(traces, prob_judge(), PROB_CONFIG, progress=False)
+    assert [t.rs for t in traces] == [81.25, 25.0, 50.0, 100.0]
+    assert [t.rs_expected for t in traces] == pytest.approx([84.375, 50.0, 50.0, 100.0])
+    assert traces[0].scores == {"faithfulness": 4, "utility": 5, "coherence": 4, "factuality": 4}  # the argmax
+    assert traces[0].expected_scores == pytest.approx(
+        {"faithfulness": 4.5, "utility": 5.0, "coherence": 4.0, "factuality": 4.0}
+    )
+    # RS: K25 {0} 81.25; K50 {0, 2} (81.25 + 50) / 2 = 65.625; K100 (81.25 + 50 + 25 + 100) / 4 = 64.0625
+    assert report.at_k == {25: 81.25, 50: 65.625, 100: 64.0625} and report.score == 65.625
+    # RS_expected: 84.375; (84.375 + 50) / 2 = 67.1875; (84.375 + 50 + 50 + 100) / 4 = 71.09375
+    assert report.at_k_expected == pytest.approx({25: 84.375, 50: 67.1875, 100: 71.09375})
+    assert report.score_expected == pytest.approx(67.1875)
+    # selection gain, exact expectation: A (0, 1): 81.25 - 53.125 = 28.125, B (2, 3): 50 - 75 = -25 -> 1.5625;
+    # expected: A 84.375 - 67.1875 = 17.1875, B 50 - 75 = -25 -> -3.90625
+    assert report.selection_gain == pytest.approx(1.5625)
+    assert report.selection_gain_expected == pytest.approx(-3.90625)
+    # AUC, correct {0, 1} vs incorrect {2, 3}: RS 81.25 > 50 is the only win of 4 pairs -> 0.25; RS_expected
+    # 84.375 > 50 wins and 50 = 50 ties -> 1.5 / 4 = 0.375
+    assert report.rs_auc == pytest.approx(0.25) and report.rs_expected_auc == pytest.approx(0.375)
+    assert (report.auc_n_correct, report.auc_n_incorrect, report.n_scored_without_probs) == (2, 2, 0)
+    metrics = report.metrics()
+    assert metrics["frs/score_expected"] == pytest.approx(67.1875)
+    assert metrics["frs/at_k_expected/100"] == pytest.approx(71.09375)
+    assert metrics["frs/rs_auc"] == pytest.approx(0.25) and metrics["frs/rs_expected_auc"] == pytest.approx(0.375)
+    # the traces file keeps both readings
+    row = traces[0].to_dict()
+    assert row["rs"] == 81.25 and row["rs_expected"] == pytest.approx(84.375)
+    assert row["expected_scores"] == traces[0].expected_scores
+    assert Trace.from_dict(json.loads(json.dumps(row))) == traces[0]
+
+
+def test_expected_frs_needs_probabilities_for_every_scored_trace():
+    traces = prob_traces()
+    report = compute_frs(traces, prob_judge(without_probs=(3,)), PROB_CONFIG, progress=False)
+    assert traces[3].expected_scores is None and traces[3].rs_expected is None and traces[3].rs == 100.0
+    assert "rs_expected" not in traces[3].to_dict()
+    assert report.n_scored_without_probs == 1
+    # K25 and K50 do not reach trace 3, but no RS_expected estimate mixes in traces without probabilities
+    assert report.at_k_expected == {25: None, 50: None, 100: None} and report.score_expected is None
+    assert report.selection_gain_expected is None and report.rs_expected_auc is None
+    assert report.at_k == {25: 81.25, 50: 65.625, 100: 64.0625} and report.rs_auc == pytest.approx(0.25)
+    assert not any("expected" in key for key in report.metrics())
+
+
+def test_expected_scores_survive_the_judge_cache(tmp_path):
+    first = compute_frs(prob_traces(), prob_judge(cache_dir=tmp_path), PROB_CONFIG, progress=False)
+    judge = prob_judge(without_probs=(0, 1, 2, 3), cache_dir=tmp_path)  # would give no probabilities if asked
+    traces = prob_traces()
+    again = compute_frs(traces, judge, PROB_CONFIG, progress=False)
+    assert judge.requests == [] and again.judge["cache_hits"] == 4
+    assert again.at_k_expected == pytest.approx(first.at_k_expected)
+    assert traces[0].expected_scores == pytest.approx(
+        {"faithfulness": 4.5, "utility": 5, "coherence": 4, "factuality": 4}
+    )
+
+
+def test_expected_frs_with_the_bin_estimator():
+    # N = 4, 2 bins of 2 ranks ({0, 2}, {1, 3}), all judged: on bin edges the bin estimate is the exact top-K mean
+    config = FRSConfig(k_percent=50, k_values=(50, 100), estimator="bins", n_bins=2, selection_gain=False)
+    report = compute_frs(prob_traces(), prob_judge(), config, progress=False)
+    assert report.at_k_expected == pytest.approx({50: 67.1875, 100: 71.09375})
+
+
+class TokenJudge(Judge):
+    """A backend with log-probs: every reply is REPLY, generated one digit per token with the top alternatives below,
+    and goes through the judges' own `reply_result` (`procrl.judges.choices` reads the probabilities)."""
+
+    REPLY = '{"faithfulness": 4, "utility": 5, "coherence": 4, "factuality": 4}'
+    # natural-log top alternatives at a digit's position; the chosen digit first
+    ALTERNATIVES = {
+        "4": [("4", math.log(0.5)), ("5", math.log(0.3)), ("3", math.log(0.2))],
+        "5": [("5", math.log(0.6)), ("4", math.log(0.4))],
+    }
+
+    def __init__(self):
+        super().__init__("tokens")
+
+    def _request_payload(self, messages, schema):
+        return {"messages": messages}
+
+    async def _judge_uncached(self, requests, schemas, finish):
+        tokens, pos = [], 0
+        for match in re.finditer(r"\d", self.REPLY):  # the text between digits as one sure token
+            tokens.append((self.REPLY[pos : match.start()], [(self.REPLY[pos : match.start()], 0.0)]))
+            tokens.append((match.group(), self.ALTERNATIVES[match.group()]))
+            pos = match.end()
+        tokens.append((self.REPLY[pos:], [(self.REPLY[pos:], 0.0)]))
+        for j in range(len(requests)):
+            finish(j, reply_result(self.REPLY, schemas[j], attempts=1, tokens=tokens))
+
+
+def test_expected_scores_from_the_replys_token_log_probs():
+    # E[4-slot] = 3 * 0.2 + 4 * 0.5 + 5 * 0.3 = 4.1; E[5-slot] = 4 * 0.4 + 5 * 0.6 = 4.6
+    # RS = (4 + 5 + 4 + 4 - 4) * 6.25 = 81.25; RS_expected = (3 * 4.1 + 4.6 - 4) * 6.25 = 80.625
+    traces = prob_traces()
+    report = compute_frs(traces, TokenJudge(), PROB_CONFIG, progress=False)
+    assert traces[0].expected_scores == pytest.approx(
+        {"faithfulness": 4.1, "utility": 4.6, "coherence": 4.1, "factuality": 4.1}
+    )
+    assert traces[0].rs == 81.25 and traces[0].rs_expected == pytest.approx(80.625)
+    assert report.at_k_expected == pytest.approx({25: 80.625, 50: 80.625, 100: 80.625})
+    assert report.judge["with_probs"] == 4 and report.n_scored_without_probs == 0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# 6. The correctness-flag ablation and the AUC of RS
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_the_flag_can_be_left_out_of_the_request():
+    args = ("Tom has 3 apples.", "3 + 4 = 7", "#### 7", True)
+    shown, hidden = judge_messages(*args), judge_messages(*args, show_final_correct=False)
+    assert hidden[0]["content"] == RUBRIC_WITHOUT_CORRECTNESS != RUBRIC
+    assert "correctness check" not in RUBRIC_WITHOUT_CORRECTNESS and "correctness check" in RUBRIC
+    assert "final_correct" not in hidden[1]["content"] and "Correctness check" not in hidden[1]["content"]
+    # everything else is the same request: the problem, the reference answer, the trace, the reply format
+    line = 'Correctness check of the student\'s final answer: {"final_correct": true}\n\n'
+    assert shown[1]["content"].replace(line, "") == hidden[1]["content"]
+    assert "Reference final answer: 7\n" in hidden[1]["content"] and hidden[1]["content"].endswith(REPLY_FORMAT)
+
+
+def test_frs_without_the_flag_sends_no_flag():
+    judge = scripted_judge()
+    config = FRSConfig(judge_sees_correctness=False)
+    report = compute_frs(build_traces(), judge, config, progress=False)
+    assert judge.requests and all("final_correct" not in m[-1]["content"] for m in judge.requests)
+    assert all(m[0]["content"] == RUBRIC_WITHOUT_CORRECTNESS for m in judge.requests)
+    assert report.judge_sees_correctness is False and report.at_k[50] == 50.0  # the scripted replies are the same
+    shown = scripted_judge()
+    assert compute_frs(build_traces(), shown, FRSConfig(), progress=False).judge_sees_correctness is True
+    assert all('{"final_correct": ' in m[-1]["content"] for m in shown.requests)
+
+
+@pytest.mark.parametrize(
+    "positives, negatives, auc",
+    [
+        ([3, 2], [1, 2], 0.875),  # 3>1, 3>2, 2>1, 2=2 -> 3.5 / 4
+        ([0.8, 0.4, 0.4], [0.4, 0.1], 5 / 6),  # wins .8>.4 .8>.1 .4>.1 .4>.1, ties .4=.4 twice -> 5 / 6
+        ([50.0] * 3, [50.0] * 2, 0.5),  # a constant judge carries no information
+        ([100, 75], [25, 0], 1.0),
+        ([0], [25, 50], 0.0),
+        ([], [1.0], None),
+        ([1.0], [], None),
+    ],
+)
+def test_mann_whitney_auc_by_hand(positives, negatives, auc):
+    got = mann_whitney_auc(positives, negatives)
+    assert got == (None if auc is None else pytest.approx(auc))
+
+
+def test_rs_auc_over_scored_traces_with_a_known_answer():
+    # build_traces/RECORDED: scored traces with a parseable gold, by correctness (5 is unscored, 11's gold is not
+    # parseable): correct 0 (100), 2 (50), 4 (75), 9 (0); incorrect 1 (25), 3 (0), 6 (25), 7 (50), 8 (50), 10 (100).
+    # Pairs won (ties 1/2) against the six incorrect: 100 -> 5 + 0.5; 50 -> 3 + 1; 75 -> 5; 0 -> 0 + 0.5 -> 15 / 24.
+    report = compute_frs(build_traces(), scripted_judge(), FRSConfig(random_baseline="mean"), progress=False)
+    assert (report.auc_n_correct, report.auc_n_incorrect) == (4, 6)
+    assert report.rs_auc == pytest.approx(15 / 24)
+    assert report.rs_expected_auc is None and report.n_scored_without_probs == 11  # a judge without log-probs
+
+
+def test_rs_auc_is_none_without_one_of_the_classes():
+    traces = build_traces()
+    for t in traces:
+        t.correct = False
+    report = compute_frs(traces, scripted_judge(), FRSConfig(), progress=False)
+    assert report.rs_auc is None and report.auc_n_correct == 0 and report.auc_n_incorrect > 0
+    assert "frs/rs_auc" not in report.metrics()
