@@ -8,8 +8,9 @@ Samples `--n` traces per problem (temperature 0.7, no top-p/top-k by default) wi
 takes each trace's tail confidence from the generation's own raw logits, judges the traces FRS needs
 (`procrl.rewards.frs.plan_judging`) and writes into `--output-dir`:
 
-- `frs.json`: the report (FRS@K, accuracies, selection gain, counts, judge statistics), the settings, wall times
-  and every trace (text, confidence, correctness, scores);
+- `frs.json`: the report (FRS@K, accuracies, selection gain, `rs_auc`, counts, judge statistics), the settings,
+  wall times and every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
+  log-probs also `expected_scores` and `rs_expected`);
 - `traces.jsonl`: the sampled traces, written chunk by chunk; an interrupted run started again with the same
   settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
@@ -18,20 +19,57 @@ takes each trace's tail confidence from the generation's own raw logits, judges 
 `--judge local` starts the embedded judge server (`transformers serve` on the default model, 127.0.0.1) for the run
 and stops it afterwards; `--judge none` skips judging (accuracies and confidences only). Flags are dashed or
 underscored alike (`--k-values` = `--k_values`). The library: `procrl.trainers.frs_offline` (`run_frs`).
+
+What the report holds besides FRS@K (`procrl.rewards.frs.FRSReport`):
+
+- two reasoning scores per judged trace: RS from the four validated integer scores, and RS_expected from their
+  G-Eval expected values sum_v p(v) * v when the judge returns log-probs; FRS@K, the headline FRS and the selection
+  gain come from both (`at_k` / `at_k_expected`, ...), the RS_expected ones only when every scored trace has
+  probabilities (`n_scored_without_probs` counts those without);
+- `rs_auc` / `rs_expected_auc`: the AUC of RS for correct vs incorrect final answers over the scored traces
+  (Mann-Whitney, ties 1/2; None when a class is empty). `--judge-sees-correctness false` drops the line
+  `{"final_correct": ...}` from the judge's prompt (its judge cache entries differ, the traces need not): run
+  both on the same traces (copy `traces.jsonl` into the second output dir) to see whether RS carries more than
+  the flag it is given;
+- unscored judgements by reason (`unscored`).
+
+    procrl frs --model default --end 50 --n 16 --judge local --output-dir out/frs            # the judge sees the flag
+    mkdir -p out/frs_noflag && cp out/frs/traces.jsonl out/frs_noflag/
+    procrl frs --model default --end 50 --n 16 --judge local --output-dir out/frs_noflag --judge-sees-correctness false
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
+
 from trl import TrlParser
 
+from procrl.rewards.frs import FRSConfig
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
 
 
+@dataclass
+class FRSCommandConfig(OfflineFRSConfig):
+    """`OfflineFRSConfig` plus the judge-prompt ablation flag of `procrl frs` (YAML key `judge_sees_correctness`)."""
+
+    judge_sees_correctness: bool = field(
+        default=True,
+        metadata={
+            "help": 'show the judge the final-answer check {"final_correct": ...}; false drops it from the prompt'
+        },
+    )
+
+    def frs_config(self) -> FRSConfig:
+        """`OfflineFRSConfig.frs_config` with `judge_sees_correctness` set (`run_frs` passes it to the judging)."""
+        return dataclasses.replace(super().frs_config(), judge_sees_correctness=self.judge_sees_correctness)
+
+
 def make_parser() -> TrlParser:
-    """`TrlParser` over `OfflineFRSConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored)
+    """`TrlParser` over `FRSCommandConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored)
     override."""
-    return TrlParser((OfflineFRSConfig,), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter)
+    return TrlParser((FRSCommandConfig,), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_summary(result: dict) -> None:
-    """The few lines people read: FRS@K, accuracies, selection gain, judge counts, wall times, the output paths."""
+    """The few lines people read: FRS@K (from RS and, when every scored trace has probabilities, RS_expected),
+    accuracies, selection gain, the AUC of RS for correct vs incorrect traces, judge counts, wall times, the output
+    paths."""
     report = result["report"]
 
     def fmt(v, scale=1.0):
         return "n/a" if v is None else f"{v * scale:.1f}"
+
+    def fmt_auc(v):
+        return "n/a" if v is None else f"{v:.3f}"
 
     print()
     print(f"procrl frs: {result['model']} on {result['dataset']}, {report['n_traces']} traces")
@@ -58,10 +101,23 @@ def print_summary(result: dict) -> None:
         f"FRS@{report['k_percent']:g}: {fmt(report['score'])}   (RS 0-100; {report['kept_at_k'][report['k_percent']]} kept)"
     )
     print("FRS@K: " + ", ".join(f"{k:g}: {fmt(v)}" for k, v in report["at_k"].items()))
+    expected = report["at_k_expected"]
+    print(
+        "FRS@K from expected scores: "
+        + ", ".join(f"{k:g}: {fmt(v)}" for k, v in expected.items())
+        + f"   ({report['n_scored_without_probs']} scored traces without probabilities)"
+    )
     print(f"accuracy: all {fmt(report['accuracy'], 100)}%, kept {fmt(report['accuracy_kept'], 100)}%")
     print(
         f"selection gain: {fmt(report['selection_gain'])} over {report['selection_gain_questions']} questions "
-        f"({report['selection_gain_dropped']} dropped)"
+        f"({report['selection_gain_dropped']} dropped); from expected scores: "
+        f"{fmt(report['selection_gain_expected'])}"
+    )
+    sees = "shown" if report["judge_sees_correctness"] else "hidden"
+    print(
+        f"AUC of RS, correct vs incorrect (final_correct {sees} to the judge): {fmt_auc(report['rs_auc'])}, "
+        f"expected {fmt_auc(report['rs_expected_auc'])}   ({report['auc_n_correct']} correct, "
+        f"{report['auc_n_incorrect']} incorrect scored traces)"
     )
     print(f"judged {report['n_judged']}, scored {report['n_scored']}, unscored {report['unscored']}")
     wall = result["wall_time_s"]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
 
+from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.rewards.frs import DIMENSIONS
 from procrl.scripts.frs import main, make_parser
+from procrl.trainers import frs_offline
 
 
 @pytest.fixture()
@@ -93,3 +97,81 @@ def test_a_config_file_sets_the_defaults_and_flags_override_it(tmp_path):
     assert args.frs_config().k_values == (10.0, 20.0, 30.0)  # the headline K (10) joins the curve
     with pytest.raises(SystemExit):  # argparse refuses an unknown choice (exit status 2)
         make_parser().parse_args_and_config(args=["--config", str(config), "--estimator", "exact"])
+
+
+@pytest.mark.parametrize(
+    "argv, sees",
+    [
+        ([], True),
+        (["--judge-sees-correctness", "false"], False),
+        (["--judge_sees_correctness", "false"], False),
+        (["--judge-sees-correctness", "true"], True),
+    ],
+)
+def test_the_correctness_flag_option(argv, sees):
+    (args,) = make_parser().parse_args_and_config(args=argv)
+    assert args.judge_sees_correctness is sees
+    assert args.frs_config().judge_sees_correctness is sees
+    assert args.frs_config().k_values == (10, 20, 30, 40, 50)  # the whole FRS curve by default
+
+
+class ProbJudge(Judge):
+    """Replies (3, 4, 4, 5) to every request, RS (16 - 4) / 16 * 100 = 75, with probabilities as a backend with
+    log-probs gives them: every dimension {3: 0.5, 4: 0.25, 5: 0.25} -> E = 1.5 + 1 + 1.25 = 3.75 ->
+    RS_expected (15 - 4) / 16 * 100 = 68.75."""
+
+    REPLY = '{"faithfulness": 3, "utility": 4, "coherence": 4, "factuality": 5}'
+
+    def __init__(self):
+        super().__init__("prob")
+        self.requests = []
+
+    def _request_payload(self, messages, schema):
+        return {"messages": messages}
+
+    async def _judge_uncached(self, requests, schemas, finish):
+        for j, messages in enumerate(requests):
+            self.requests.append(messages)
+            value, reason = parse_judgement(self.REPLY, schemas[j])
+            probs = {name: {"3": 0.5, "4": 0.25, "5": 0.25} for name in DIMENSIONS}
+            finish(j, JudgeResult(value=value, unscored=reason, raw=self.REPLY, attempts=1, probs=probs))
+
+
+def test_frs_command_reports_expected_scores_and_drops_the_flag(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    judge = ProbJudge()
+    opened = []
+
+    @contextlib.contextmanager
+    def fake_open_judge(spec, **kwargs):
+        opened.append(spec)
+        yield judge
+
+    monkeypatch.setattr(frs_offline, "open_judge", fake_open_judge)
+    out = tmp_path / "frs"
+    argv = ["--model", str(tiny_model_dir), "--end", "3", "--n", "4", "--max-new-tokens", "6", "--batch-size", "6",
+            "--generation-backend", "transformers", "--output-dir", str(out), "--no-progress"]  # fmt: skip
+    assert main([*argv, "--judge-sees-correctness", "false"]) == 0
+    assert opened == ["local"] and 6 <= len(judge.requests) <= 10  # see test_offline_frs_writes_json_and_plot
+    assert all("final_correct" not in m[-1]["content"] for m in judge.requests)
+    result = json.loads((out / "frs.json").read_text())
+    report = result["report"]
+    assert result["settings"]["frs"]["judge_sees_correctness"] is False and report["judge_sees_correctness"] is False
+    assert report["at_k"] == {"10": 75.0, "20": 75.0, "30": 75.0, "40": 75.0, "50": 75.0}
+    assert report["at_k_expected"] == pytest.approx({k: 68.75 for k in ("10", "20", "30", "40", "50")})
+    assert report["selection_gain"] == 0.0 and report["selection_gain_expected"] == pytest.approx(0.0)
+    assert report["rs_auc"] is None and report["auc_n_correct"] == 0  # six random tokens are never correct
+    judged = [t for t in result["traces"] if t["scores"] is not None]
+    assert len(judged) == len(judge.requests) == report["n_scored"]
+    for t in judged:
+        assert t["scores"] == json.loads(ProbJudge.REPLY) and t["rs"] == 75.0
+        assert t["expected_scores"] == {name: 3.75 for name in DIMENSIONS}
+        assert t["rs_expected"] == pytest.approx(68.75)
+    assert all("rs_expected" not in t for t in result["traces"] if t["scores"] is None)
+    printed = capsys.readouterr().out
+    assert "FRS@K from expected scores: 10: 68.8, 20: 68.8" in printed and "(0 scored traces without" in printed
+    assert "final_correct hidden to the judge" in printed
+    # the same traces (read back from traces.jsonl), judged with the flag: the prompt holds it again
+    judge.requests.clear()
+    assert main(argv) == 0
+    assert judge.requests and all('{"final_correct": false}' in m[-1]["content"] for m in judge.requests)
+    assert json.loads((out / "frs.json").read_text())["report"]["judge_sees_correctness"] is True
