@@ -29,7 +29,9 @@ MAIN_CONFIG = CONFIGS / "stepgap_2wiki_smollm2.yaml"
 SCRIPT = ROOT / "launch" / "grpo_stepgap.sh"
 
 # The judge's A-C reply for every step: on target, no abstention, evidence about the right entity, no quote.
-REPLY = json.dumps({"off_target": False, "abstains": False, "entity_match": True, "quote": ""})
+REPLY = json.dumps(
+    {"off_target": False, "abstains": False, "abstention_accurate": False, "entity_match": True, "quote": ""}
+)
 
 
 class ScriptedJudge(Judge):

@@ -3,12 +3,20 @@ set, with a stage ablation (DESIGN §4 "StepGap"; StepGap, arXiv 2605.24733, §"
 
     procrl stepgap-eval --data rewards/stepgap/data/annotated_2wiki.jsonl [--judge local|URL] \\
         [--nli judge|cross-encoder/nli-deberta-v3-large] [--output-dir runs/stepgap_eval] [--limit N]
+    procrl stepgap-eval --nli-entail-min 0.8 --nli-contradict-min 0.5   # stage D/E thresholds (probabilities)
     procrl stepgap-eval --config eval.yaml --limit 4          # a YAML of these fields; flags override it
     python -m procrl.scripts.stepgap_eval --no-ablation
 
-Prints the table of `procrl.rewards.stepgap.evaluate.format_table` and writes `metrics.json` (the summary and the
-metrics of every variant) and `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw
-reply) into `--output-dir`. Multi-word flags are accepted with dashes or underscores.
+Prints one table (`procrl.rewards.stepgap.evaluate.format_table`): the full tree, each one-stage ablation (-A ... -E),
+the trivial baselines on the same steps (all-NONE, all-IE, random with the gold label shares: the mean over
+`--baseline-draws` seeded draws) and the paper's reference row (sF1 72.0, Q-F1 81.2, BA 60.6, strong judge; a
+constant). Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same
+table in Markdown) and `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply) into
+`--output-dir`. Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed only
+when P(entailment) >= p, `--nli-contradict-min p` contradicted only when P(contradiction) >= p
+(`procrl.rewards.stepgap.nli_rule.NLIThresholds`). `--no-constrain-quotes` lets the judge write a free quote
+(filtered by the verbatim check) instead of choosing one of the evidence's candidate spans. Multi-word flags are
+accepted with dashes or underscores.
 """
 
 from __future__ import annotations
@@ -20,8 +28,16 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.judges import judge_options, open_judge
-from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, evaluate, format_table, load_annotated
-from procrl.rewards.stepgap.nli import CachedNLI, make_nli
+from procrl.rewards.stepgap.evaluate import (
+    BASELINE_DRAWS,
+    DEFAULT_DATA,
+    PAPER_REFERENCE,
+    evaluate,
+    format_markdown,
+    format_table,
+    load_annotated,
+)
+from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 
@@ -34,7 +50,11 @@ class StepGapEvalArguments:
 
     data: str = field(default=str(DEFAULT_DATA), metadata={"help": "annotated JSONL (default: the shipped 2Wiki set)"})
     judge: str = field(
-        default="local", metadata={"help": "judge spec: local | local:<model> | http(s)://host:port/v1[#model]"}
+        default="local",
+        metadata={
+            "help": "judge spec: local | local:<model> | serve:transformers[:<model>] | transformers:<model> | "
+            "http(s)://host:port/v1[#model]"
+        },
     )
     judge_model: str | None = field(default=None, metadata={"help": "model id for an OpenAI-compatible judge URL"})
     nli: str = field(default="judge", metadata={"help": "judge (LLM NLI prompt) or a cross-encoder path / hub id"})
@@ -48,19 +68,38 @@ class StepGapEvalArguments:
         default=None, metadata={"help": "judge cache directory (default: <output-dir>/judge_cache)"}
     )
     no_continuous_batching: bool = field(
-        default=False, metadata={"help": "local judge: start transformers serve without batching"}
+        default=False, metadata={"help": "serve:transformers judge: start transformers serve without batching"}
     )
-    num_threads: int = field(default=1, metadata={"help": "local judge: server CPU threads"})
+    num_threads: int = field(default=1, metadata={"help": "local / serve:transformers judge: server CPU threads"})
     no_ablation: bool = field(default=False, metadata={"help": "skip the stage ablation"})
+    nli_entail_min: float | None = field(
+        default=None,
+        metadata={"help": "stage D/E: entailment only if P(entailment) >= this probability (default: argmax)"},
+    )
+    nli_contradict_min: float | None = field(
+        default=None,
+        metadata={"help": "stage D/E: contradiction only if P(contradiction) >= this probability (default: argmax)"},
+    )
+    no_constrain_quotes: bool = field(
+        default=False, metadata={"help": "let the judge write a free quote instead of choosing an evidence span"}
+    )
+    baseline_draws: int = field(
+        default=BASELINE_DRAWS, metadata={"help": "draws of the random baseline (the table shows their mean)"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of the random baseline"})
 
     def __post_init__(self) -> None:
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit {self.limit} must be >= 1 (the first N traces); leave it out for all of them.")
-        for name in ("nli_batch_size", "max_tokens", "concurrency", "num_threads"):
+        for name in ("nli_batch_size", "max_tokens", "concurrency", "num_threads", "baseline_draws"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 1.")
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout-s {self.timeout_s} must be > 0 seconds, e.g. --timeout-s 600.")
+        try:
+            self.nli_thresholds = NLIThresholds(self.nli_entail_min, self.nli_contradict_min)
+        except ValueError as exc:
+            raise ValueError(f"--nli-entail-min / --nli-contradict-min: {exc}") from None
 
 
 def make_parser() -> TrlParser:
@@ -101,13 +140,19 @@ def main(argv: list[str] | None = None) -> int:
     cache_dir = args.cache_dir or str(out_dir / "judge_cache")
     with open_judge(args.judge, cache_dir=cache_dir, max_concurrency=args.concurrency, **judge_kwargs) as judge:
         nli = CachedNLI(make_nli(args.nli, judge, batch_size=args.nli_batch_size))
-        verifier = StepGapVerifier(judge, nli)
-        report = evaluate(verifier, data, ablation=not args.no_ablation)
+        verifier = StepGapVerifier(
+            judge, nli, nli_thresholds=args.nli_thresholds, constrain_quotes=not args.no_constrain_quotes
+        )
+        report = evaluate(
+            verifier, data, ablation=not args.no_ablation, baseline_draws=args.baseline_draws, seed=args.seed
+        )
         judge_stats = judge.stats.as_dict()
     summary = {
         "data": str(args.data),
         "judge": args.judge,
         "nli": repr(nli.inner),
+        "nli_thresholds": str(args.nli_thresholds),
+        "constrain_quotes": not args.no_constrain_quotes,
         "n_questions": len(data),
         "n_steps": sum(len(g) for _, g in data),
         "judge_s": report["judge_s"],
@@ -115,8 +160,12 @@ def main(argv: list[str] | None = None) -> int:
         "judge_unscored": report["judge_unscored"],
         "judge_stats": judge_stats,
         "metrics": report["metrics"],
+        "baselines": report["baselines"],
+        "paper_reference": PAPER_REFERENCE,
     }
+    rows = report["metrics"] | report["baselines"] | {"paper (ref)": PAPER_REFERENCE}
     (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "table.md").write_text(format_markdown(rows) + "\n", encoding="utf-8")
     with open(out_dir / "labels.jsonl", "w", encoding="utf-8") as handle:
         for (trace, gold), row, checks in zip(data, report["labels"], report["checks"], strict=True):
             for i, (label, g, check) in enumerate(zip(row, gold, checks, strict=True)):
@@ -135,8 +184,12 @@ def main(argv: list[str] | None = None) -> int:
                     + "\n"
                 )
     print(f"StepGap verifier on {args.data}: {summary['n_questions']} questions, {summary['n_steps']} steps")
-    print(f"judge {args.judge}, NLI {summary['nli']}; judge unscored: {report['judge_unscored'] or 'none'}")
-    print(format_table(report["metrics"]))
+    print(
+        f"judge {args.judge}, NLI {summary['nli']} ({summary['nli_thresholds']}); judge unscored: "
+        f"{report['judge_unscored'] or 'none'}"
+    )
+    print(format_table(rows))
+    print(f"random: mean over {args.baseline_draws} draws (seed {args.seed}) with the gold label shares")
     print(f"metrics: {out_dir / 'metrics.json'}  labels: {out_dir / 'labels.jsonl'}")
     return 0
 

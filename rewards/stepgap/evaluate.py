@@ -14,6 +14,12 @@ Metrics (ERROR predictions count as "no gap flagged", and their number is report
 The ablation (`evaluate`) re-routes the same judge outputs with one stage removed (A, B, C, D or E; see
 `procrl.rewards.stepgap.verifier` for what removing a stage means), so it costs NLI calls only.
 
+Beside them (`baselines`), three trivial verifiers on the same steps, with the same metrics, so a reader sees whether
+the judge carries any signal: all-NONE (never flags), all-IE (flags every step, the Q-F1 trap) and random (each step
+drawn independently from the gold label shares of the evaluated steps; the MEAN of each metric over 200 seeded
+draws). `PAPER_REFERENCE` is the paper's row (sF1 72.0, Q-F1 81.2, BA 60.6 with a strong judge), a constant for
+comparison, not something computed here; `format_table` / `format_markdown` print all rows.
+
 The annotated set (`load_annotated`) is built programmatically from 2WikiMultihopQA compositional questions by
 `procrl.data_builders.stepgap_annotated.build_annotated_2wiki`; see rewards/stepgap/data/SOURCE.md.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import collections
 import json
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,10 +42,17 @@ logger = get_logger(__name__)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "annotated_2wiki.jsonl"
 TYPED_LABELS = ("NONE", "CC", "IE", "MB")
+# StepGap (arXiv 2605.24733), the verifier evaluation with a strong judge: fractions, like `compute_metrics`.
+PAPER_REFERENCE = {"sF1": 0.720, "Q-F1": 0.812, "BA": 0.606}
+BASELINE_DRAWS = 200
+_SCALARS = ("sF1", "step_precision", "step_recall", "Q-F1", "BA", "typed_macro_f1")
 
 __all__ = [
     "DEFAULT_DATA",
     "TYPED_LABELS",
+    "PAPER_REFERENCE",
+    "baselines",
+    "format_markdown",
     "binary_f1",
     "balanced_accuracy",
     "typed_report",
@@ -199,31 +213,97 @@ def load_annotated(path: str | Path) -> list[tuple[Trace, list[str]]]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def baselines(
+    gold: Sequence[Sequence[str]], *, draws: int = BASELINE_DRAWS, seed: int = 0
+) -> dict[str, dict[str, Any]]:
+    """The trivial verifiers on the steps of `gold` (`[question][step]`), as `compute_metrics` dicts.
+
+    Returns:
+        {"all-NONE": ..., "all-IE": ..., "random": ...}. "random" draws every step's label independently from the
+        gold label shares of these steps (`random.Random(seed)`), `draws` times; its sF1, step precision/recall,
+        Q-F1, BA, typed macro-F1 and label distribution are the MEANS over the draws, with "std" (the population
+        standard deviation of the first six), "draws" and "seed" added; its per-label scores and confusion are
+        those of the first draw.
+
+    Raises:
+        ValueError: `draws` < 1, no steps, or an unknown gold label (`compute_metrics`).
+    """
+    if draws < 1:
+        raise ValueError(f"baselines: draws must be >= 1, got {draws}")
+    flat = [label for row in gold for label in row]
+    if not flat:
+        raise ValueError("baselines: gold has no steps")
+    out = {
+        name: compute_metrics(gold, [[label] * len(row) for row in gold])
+        for name, label in (("all-NONE", "NONE"), ("all-IE", "IE"))
+    }
+    counts = collections.Counter(flat)
+    weights = [counts.get(label, 0) for label in TYPED_LABELS]
+    rng = random.Random(seed)
+    runs = []
+    for _ in range(draws):
+        labels = iter(rng.choices(TYPED_LABELS, weights=weights, k=len(flat)))
+        runs.append(compute_metrics(gold, [[next(labels) for _ in row] for row in gold]))
+    mean = dict(runs[0])
+    for key in _SCALARS:
+        values = [r[key] for r in runs]
+        mean[key] = sum(values) / draws
+    mean["label_distribution"] = {
+        label: sum(r["label_distribution"][label] for r in runs) / draws for label in runs[0]["label_distribution"]
+    }
+    mean["std"] = {key: (sum((r[key] - mean[key]) ** 2 for r in runs) / draws) ** 0.5 for key in _SCALARS}
+    mean |= {"draws": draws, "seed": seed}
+    out["random"] = mean
+    return out
+
+
+def _cells(m: dict[str, Any]) -> list[str]:
+    """sF1, Q-F1, BA, typed macro-F1 (percent) and the predicted label shares; "-" where a row has no value."""
+    cells = [f"{100 * m[key]:.1f}" if key in m else "-" for key in ("sF1", "Q-F1", "BA", "typed_macro_f1")]
+    dist = m.get("label_distribution")
+    return cells + [f"{100 * dist[lab]:.1f}%" if dist else "-" for lab in LABELS]
+
+
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
-    """A fixed-width table of sF1, Q-F1, BA, typed macro-F1 (percent) and the predicted label distribution."""
-    head = f"{'variant':<10} {'sF1':>6} {'Q-F1':>6} {'BA':>6} {'tF1':>6}  " + " ".join(f"{lab:>6}" for lab in LABELS)
+    """A fixed-width table of sF1, Q-F1, BA, typed macro-F1 (percent) and the predicted label distribution; a row
+    without some of them (e.g. `PAPER_REFERENCE`) shows "-"."""
+    head = f"{'variant':<12} {'sF1':>6} {'Q-F1':>6} {'BA':>6} {'tF1':>6}  " + " ".join(f"{lab:>6}" for lab in LABELS)
     lines = [head, "-" * len(head)]
     for name, m in rows.items():
-        dist = " ".join(f"{100 * m['label_distribution'][lab]:>5.1f}%" for lab in LABELS)
-        lines.append(
-            f"{name:<10} {100 * m['sF1']:>6.1f} {100 * m['Q-F1']:>6.1f} {100 * m['BA']:>6.1f} "
-            f"{100 * m['typed_macro_f1']:>6.1f}  {dist}"
-        )
+        c = _cells(m)
+        lines.append(f"{name:<12} {c[0]:>6} {c[1]:>6} {c[2]:>6} {c[3]:>6}  " + " ".join(f"{x:>6}" for x in c[4:]))
     return "\n".join(lines)
 
 
-def evaluate(verifier: Any, data: list[tuple[Trace, list[str]]], *, ablation: bool = True) -> dict[str, Any]:
-    """Judge once, route the full tree and each one-stage ablation; metrics per variant and the full labels.
+def format_markdown(rows: dict[str, dict[str, Any]]) -> str:
+    """The `format_table` rows as a Markdown table (percent; "-" for a missing value)."""
+    head = ["variant", "sF1", "Q-F1", "BA", "typed F1", *LABELS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join([name, *_cells(m)]) + " |" for name, m in rows.items()]
+    return "\n".join(lines)
+
+
+def evaluate(
+    verifier: Any,
+    data: list[tuple[Trace, list[str]]],
+    *,
+    ablation: bool = True,
+    baseline_draws: int = BASELINE_DRAWS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Judge once, route the full tree and each one-stage ablation; metrics per variant, the trivial baselines and
+    the full labels.
 
     Args:
         verifier: a `StepGapVerifier` (`check_steps(traces)` for stages A-C, `route(traces, checks, stages=...)`).
         data: (trace, gold labels per step) pairs, as `load_annotated` returns them.
         ablation: also route with each stage A-E removed (variants "-A" ... "-E"; judge outputs reused).
+        baseline_draws, seed: the random baseline's draws and seed (`baselines`).
 
     Returns:
-        {"metrics": {variant: `compute_metrics` dict}, "labels": the full tree's `StepLabel`s `[question][step]`,
-        "checks": the judge results `[question][step]`, "judge_s" / "total_s": wall seconds of the judge calls /
-        of everything, "judge_unscored": {reason: count} of unscored judge results}.
+        {"metrics": {variant: `compute_metrics` dict}, "baselines": `baselines(gold)` ({} without steps), "labels": the full tree's
+        `StepLabel`s `[question][step]`, "checks": the judge results `[question][step]`, "judge_s" / "total_s": wall
+        seconds of the judge calls / of everything, "judge_unscored": {reason: count} of unscored judge results}.
     """
     traces = [t for t, _ in data]
     gold = [g for _, g in data]
@@ -240,6 +320,7 @@ def evaluate(verifier: Any, data: list[tuple[Trace, list[str]]], *, ablation: bo
     unscored = collections.Counter(getattr(r, "unscored", None) for row in checks for r in row if not r.ok)
     return {
         "metrics": results,
+        "baselines": baselines(gold, draws=baseline_draws, seed=seed) if any(gold) else {},
         "labels": full_labels,
         "checks": checks,
         "judge_s": judge_s,

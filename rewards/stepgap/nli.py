@@ -1,15 +1,20 @@
 """NLI backends for StepGap stages D and E (DESIGN §4 "StepGap"; arXiv 2605.24733).
 
-Every backend answers `predict(pairs) -> list[str | None]`: one label per `(premise, hypothesis)` pair, in order,
-from {"entailment", "neutral", "contradiction"}; None means "unscored" (the verifier turns it into ERROR).
+Every backend answers `predict_proba(pairs) -> list[dict[str, float] | None]`: per `(premise, hypothesis)` pair, in
+order, the probabilities {"entailment": P(e), "neutral": P(n), "contradiction": P(c)} (summing to 1), None meaning
+"unscored" (the verifier turns it into ERROR); and `predict(pairs, thresholds=None) -> list[str | None]`, the label
+that `NLIThresholds.decide` reads from those probabilities (by default the argmax).
 
 - `CrossEncoderNLI`: a sequence-classification cross-encoder (`cross-encoder/nli-deberta-v3-large` by default in
-  the paper), batched; its labels are read from `config.id2label` by name, never by position (models disagree on
-  the order: the cross-encoder's is contradiction/entailment/neutral, MNLI checkpoints often entailment/neutral/
-  contradiction).
-- `JudgeNLI`: the shared LLM judge client (`procrl.judges.Judge`) with an NLI prompt and a pydantic
-  schema; the offline default where no cross-encoder can be downloaded.
-- `CachedNLI`: memoises another backend in memory (the evaluation's ablations ask the same pairs again).
+  the paper), batched; probabilities = softmax of its logits; its labels are read from `config.id2label` by name,
+  never by position (models disagree on the order: the cross-encoder's is contradiction/entailment/neutral, MNLI
+  checkpoints often entailment/neutral/contradiction).
+- `JudgeNLI`: the shared LLM judge client (`procrl.judges.Judge`) with an NLI prompt and a strict pydantic schema;
+  the offline default where no cross-encoder can be downloaded. Probabilities: the judge's distribution over the
+  three labels at the position where its reply chose one (`JudgeResult.probs["label"]`, from
+  `procrl.judges.choices`) where the backend gave log-probs, else a one-hot of the validated label.
+- `CachedNLI`: memoises another backend's probabilities in memory (the evaluation's ablations ask the same pairs
+  again).
 - `make_nli(spec, judge)`: "judge" -> `JudgeNLI`; anything else is a cross-encoder path or hub id, loaded eagerly,
   falling back to `JudgeNLI` with a warning when it cannot be loaded (DESIGN: "when given and loadable").
 """
@@ -21,25 +26,53 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, field_validator
+from pydantic import BaseModel, ConfigDict
 from tqdm.auto import tqdm
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+from procrl.rewards.stepgap.nli_rule import (
+    ARGMAX,
+    NLI_LABELS,
+    NLIThresholds,
+    nli_probabilities,
+    normalize_probs,
+    one_hot,
+)
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-NLI_LABELS = ("entailment", "neutral", "contradiction")
-
-__all__ = ["NLI_LABELS", "NLIBackend", "CrossEncoderNLI", "JudgeNLI", "CachedNLI", "NLIVerdict", "make_nli"]
+__all__ = [
+    "NLI_LABELS",
+    "NLIThresholds",
+    "NLIBackend",
+    "CrossEncoderNLI",
+    "JudgeNLI",
+    "CachedNLI",
+    "NLIVerdict",
+    "make_nli",
+    "nli_probabilities",
+    "normalize_probs",
+]
 
 
 class NLIBackend(abc.ABC):
-    """`predict(pairs)`: one of "entailment" | "neutral" | "contradiction" per (premise, hypothesis), None = unscored."""
+    """Per (premise, hypothesis): `predict_proba` the three label probabilities, `predict` the decided label."""
 
     @abc.abstractmethod
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
-        """Labels for `pairs`, in order; never raises for a single bad pair (it gets None)."""
+    def predict_proba(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, float] | None]:
+        """{"entailment": P(e), "neutral": P(n), "contradiction": P(c)} per pair, in order (probabilities, summing
+        to 1); None for an unscored pair. Never raises for a single bad pair.
+
+        Raises:
+            ValueError: `pairs` is not a sequence of (premise: str, hypothesis: str).
+        """
+
+    def predict(self, pairs: Sequence[tuple[str, str]], thresholds: NLIThresholds | None = None) -> list[str | None]:
+        """One of "entailment" | "neutral" | "contradiction" per pair, decided by `thresholds` (default: argmax)
+        from `predict_proba`; None = unscored."""
+        rule = thresholds or ARGMAX
+        return [rule.decide(d) for d in self.predict_proba(pairs)]
 
 
 def _check_pairs(pairs: Any) -> list[tuple[str, str]]:
@@ -92,8 +125,9 @@ def map_nli_labels(id2label: dict) -> dict[int, str]:
 
 
 class CrossEncoderNLI(NLIBackend):
-    """An NLI cross-encoder (`AutoModelForSequenceClassification`): label = argmax of the logits of
-    `tokenizer(premise, hypothesis)`, mapped through the model's `config.id2label` (`map_nli_labels`).
+    """An NLI cross-encoder (`AutoModelForSequenceClassification`): probabilities = softmax of the logits of
+    `tokenizer(premise, hypothesis)`, each class named through the model's `config.id2label` (`map_nli_labels`);
+    `predict` with the default rule is the argmax of the logits.
 
     Args:
         model_name_or_path: a hub id (e.g. "cross-encoder/nli-deberta-v3-large") or a local directory.
@@ -162,15 +196,15 @@ class CrossEncoderNLI(NLIBackend):
         if self._tokenizer.pad_token_id is None:
             raise ValueError(f"CrossEncoderNLI: the tokenizer of {self.model_name_or_path} has no pad token")
 
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
-        """One label per (premise, hypothesis) pair; None for pairs of a batch that failed."""
+    def predict_proba(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, float] | None]:
+        """Softmax probabilities per (premise, hypothesis) pair; None for the pairs of a batch that failed."""
         pairs = _check_pairs(pairs)
         if not pairs:
             return []
         self.load()
         model, tokenizer = self._model, self._tokenizer
         device = next(model.parameters()).device
-        out: list[str | None] = []
+        out: list[dict[str, float] | None] = []
         starts = range(0, len(pairs), self.batch_size)
         for start in tqdm(starts, desc="NLI", disable=not self.progress, unit="batch"):
             batch = pairs[start : start + self.batch_size]
@@ -185,7 +219,8 @@ class CrossEncoderNLI(NLIBackend):
                 ).to(device)
                 with torch.no_grad():
                     logits = model(**enc).logits  # (B, num_labels)
-                out.extend(self.labels[int(i)] for i in logits.argmax(dim=-1).tolist())
+                probs = torch.softmax(logits.float(), dim=-1).tolist()
+                out.extend({self.labels[i]: p for i, p in enumerate(row)} for row in probs)
             except Exception as exc:  # one bad batch is unscored, not a crash
                 logger.warning("NLI batch %d failed (%s: %s)", start // self.batch_size, type(exc).__name__, exc)
                 out.extend([None] * len(batch))
@@ -201,15 +236,15 @@ class CrossEncoderNLI(NLIBackend):
 
 
 class NLIVerdict(BaseModel):
-    """The judge's NLI reply: {"label": "entailment" | "neutral" | "contradiction"} (case and spaces ignored)."""
+    """The judge's NLI reply: exactly {"label": "entailment" | "neutral" | "contradiction"}.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict and never coerced: "Entailment", " neutral" or any other spelling is a schema mismatch (unscored), not a
+    label. A backend that enforces the schema can only produce the three exact strings; a reply that needs fixing up
+    came from a backend that ignored it, and a guess is not a judgement (issue 15, "never coerced").
+    """
+
+    model_config = ConfigDict(strict=True, extra="forbid")
     label: Literal["entailment", "neutral", "contradiction"]
-
-    @field_validator("label", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
 
 
 NLI_SYSTEM_PROMPT = (
@@ -232,7 +267,11 @@ def nli_messages(premise: str, hypothesis: str) -> list[dict]:
 
 class JudgeNLI(NLIBackend):
     """NLI by the LLM judge: one request per pair (`nli_messages`), validated against `NLIVerdict`; all pairs of a
-    `predict` call go to the judge in ONE `judge.judge` call (concurrent for OpenAI-compatible judges).
+    `predict_proba` call go to the judge in ONE `judge.judge` call (concurrent for OpenAI-compatible judges).
+
+    Probabilities: `JudgeResult.probs["label"]`, the judge's distribution over the three labels where the backend
+    returned log-probs (`procrl.judges.choices.choice_probabilities`, renormalised over the labels its top
+    log-probs covered); otherwise (or when that distribution is unusable) a one-hot of the validated label.
 
     Args:
         judge: a `procrl.judges.Judge`.
@@ -245,32 +284,43 @@ class JudgeNLI(NLIBackend):
         self.judge = judge
         self.progress = progress
 
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
+    def predict_proba(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, float] | None]:
         pairs = _check_pairs(pairs)
         if not pairs:
             return []
         results = self.judge.judge(
             [nli_messages(p, h) for p, h in pairs], NLIVerdict, desc="NLI (judge)", progress=self.progress
         )
-        return [r.value.label if r.ok else None for r in results]
+        return [self._probs(r) for r in results]
+
+    @staticmethod
+    def _probs(result: Any) -> dict[str, float] | None:
+        if not result.ok:
+            return None
+        dist = normalize_probs((result.probs or {}).get("label"))
+        return dist if dist is not None else one_hot(result.value.label)
 
     def __repr__(self) -> str:
         return f"JudgeNLI({self.judge!r})"
 
 
 class CachedNLI(NLIBackend):
-    """Memoise `inner.predict` in memory: each distinct pair is predicted once (None results are not kept)."""
+    """Memoise `inner`'s probabilities in memory (`nli_probabilities`: `predict_proba`, or one-hots of `predict`):
+    each distinct pair is asked once; None results are not kept, so they are asked again next time."""
 
-    def __init__(self, inner: NLIBackend):
+    def __init__(self, inner: Any):
         self.inner = inner
-        self.memo: dict[tuple[str, str], str] = {}
+        self.memo: dict[tuple[str, str], dict[str, float]] = {}
 
-    def predict(self, pairs: Sequence[tuple[str, str]]) -> list[str | None]:
+    def predict_proba(self, pairs: Sequence[tuple[str, str]]) -> list[dict[str, float] | None]:
         pairs = _check_pairs(pairs)
         todo = list(dict.fromkeys(p for p in pairs if p not in self.memo))
-        fresh = dict(zip(todo, self.inner.predict(todo), strict=True)) if todo else {}
-        self.memo.update({p: label for p, label in fresh.items() if label is not None})
-        return [self.memo.get(p, fresh.get(p)) for p in pairs]
+        fresh = dict(zip(todo, nli_probabilities(self.inner, todo), strict=True)) if todo else {}
+        self.memo.update({p: dist for p, dist in fresh.items() if dist is not None})
+        return [dict(self.memo[p]) if p in self.memo else fresh.get(p) for p in pairs]
+
+    def __repr__(self) -> str:
+        return f"CachedNLI({self.inner!r})"
 
 
 def make_nli(spec: str, judge: Any = None, *, batch_size: int = 16, progress: bool = False) -> NLIBackend:

@@ -16,39 +16,53 @@ Decision tree, in order (the first stage that decides wins):
     A  off-target (entity / relation / scope drift) -> CC
     B  abstains ("cannot be determined", "need to search"): accurate -> NONE, inaccurate -> CC
     (a step with no claim text left after stripping tags, e.g. a bare search, has nothing to check -> NONE)
-    C  evidence about another entity (or no evidence) -> IE; else the judge's verbatim quote of 5-20 words is kept
-       only if it occurs in the evidence (case and whitespace normalised); otherwise the step has no quote
+    C  evidence about another entity (or no evidence) -> IE; else the judge's quote of 5-20 words, "" for none
+       (a choice among the step's candidate quotes; a reply that did not go through that schema has its quote kept
+       only if it occurs in the evidence, case and whitespace normalised); otherwise the step has no quote
     D  step with a quote: NLI(quote => claim): entailment -> NONE, neutral -> MB, contradiction -> CC
     E  conclusion without a quote: NLI(all prior evidence => claim): entailment -> NONE, else IE
        inference step without a quote: NLI(earlier evidence that names the step's entity => claim):
        entailment -> NONE, else IE (no such evidence -> IE)
     NLI unscored                                    -> ERROR
 
-Stages A-C are ONE judge call per step with a strict JSON schema (`StepCheck`); D-E are NLI calls
-(`procrl.rewards.stepgap.nli`). "An inference step with a quote is no gap" (DESIGN §4) is read as: stage E never
-re-checks an inference step that has a verified quote; stage D still checks that quote against the claim, as the
-paper does for every quoted step. `inference_quote_nli=False` gives the other reading (an inference step with a
-verified quote is NONE without NLI).
+Stages A-C are ONE judge call per step with a strict JSON schema (`StepCheck`: strict types, never coerced, bounded
+strings; `procrl.rewards.stepgap.check`); D-E are NLI calls (`procrl.rewards.stepgap.nli`). "An inference step
+with a quote is no gap" (DESIGN §4) is read as: stage E never re-checks an inference step that has a verified quote;
+stage D still checks that quote against the claim, as the paper does for every quoted step.
+`inference_quote_nli=False` gives the other reading (an inference step with a verified quote is NONE without NLI).
+
+Verbatim quotes by construction: each step's schema (`step_check_schema`) makes `quote` a `Literal` of that step's
+candidate spans (`procrl.rewards.stepgap.quotes.quote_candidates`: 5-20-word chunks of the evidence sentences as
+the prompt shows them, at most 64) plus "", so a backend that enforces the schema (vLLM structured outputs, a
+grammar-constrained local judge) can only return a verbatim quote or none, and a paraphrase or a copied
+placeholder such as "<entity>" is a schema mismatch (ERROR) from one that does not. `constrain_quotes=False` sends
+the plain `StepCheck` (free quote, filtered by `find_quote`: a non-verbatim quote then means "no quote").
+
+Stage D/E decisions read NLI probabilities (`nli.predict_proba`, or one-hots of `nli.predict` for a backend that only
+gives labels) through `nli_thresholds` (`procrl.rewards.stepgap.nli_rule.NLIThresholds`): by default the argmax;
+with `entail_min` a step counts as entailed only when P(entailment) >= entail_min, with `contradict_min` as
+contradicted only when P(contradiction) >= contradict_min (else neutral: MB in D, IE in E). The label's reason
+records the three probabilities.
 
 Ablations (`stages=`): removing a stage skips its check and the step continues down the tree as if that check had
 passed: without A drift is ignored; without B abstentions are checked as ordinary claims; without C the entity
 check is skipped and no quote is used; without D a verified quote is accepted (NONE); without E steps without a
 quote are accepted (NONE).
 
-`verify_many` issues ALL judge requests of all traces in one `judge.judge` call (concurrent on an
-OpenAI-compatible server) and ALL NLI pairs in one `nli.predict` call (batched); `verify` is the one-trace case.
+`verify_many` issues ALL judge requests of all traces in one `judge.judge` call (one schema per request; concurrent
+on an OpenAI-compatible server) and ALL NLI pairs in one NLI call (batched); `verify` is the one-trace case.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from procrl.rewards.stepgap.trace import Passage, StepLabel, Trace, TraceStep
+from procrl.rewards.stepgap.check import StepCheck, check_messages, step_check_schema
+from procrl.rewards.stepgap.nli_rule import ARGMAX, NLIThresholds, nli_probabilities
+from procrl.rewards.stepgap.quotes import find_quote, norm_text, passages_text, quote_candidates, step_claim
+from procrl.rewards.stepgap.trace import StepLabel, Trace, TraceStep
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -62,6 +76,7 @@ __all__ = [
     "GAP_LABELS",
     "STAGES",
     "StepCheck",
+    "step_check_schema",
     "StepGapVerifier",
     "step_claim",
     "find_quote",
@@ -69,142 +84,8 @@ __all__ = [
 ]
 
 
-class StepCheck(BaseModel):
-    """The judge's reply for stages A-C of one step (extra keys are rejected; the four booleans are required).
-
-    Attributes:
-        off_target: A: the step targets another entity, relation or scope than the question needs.
-        abstains: B: the step commits to no fact (unknown / cannot be determined / still needs to search).
-        abstention_accurate: B: the evidence indeed does not settle the point (only read when `abstains`).
-        entity_match: C: the evidence is about the entity the step's claim is about.
-        quote: C: 5-20 words copied verbatim from the evidence that bear on the claim; "" for none.
-        entity: the entity the claim is about ("" if none).
-        value: the value the claim asserts ("" if none).
-        bridge: an intermediate entity the claim relies on that the evidence does not cover ("" if none).
-        reason: a short free-text justification.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    off_target: bool
-    abstains: bool
-    abstention_accurate: bool = False
-    entity_match: bool
-    quote: str | None = ""
-    entity: str | None = ""
-    value: str | None = ""
-    bridge: str | None = ""
-    reason: str | None = ""
-
-
-CHECK_SYSTEM_PROMPT = """You audit one step of a trace in which a model answers a multi-hop question by searching.
-You get the QUESTION, the EVIDENCE passages the model had read before the step, and the STEP itself (the model's
-claim, followed by its next search query or its final answer). Judge the claim only against the evidence.
-
-Return one JSON object with exactly these keys:
-"off_target": true if the step pursues a different entity, relation or scope than the question asks for;
-"abstains": true if the step asserts no fact (it says the answer is unknown, cannot be determined, or must be searched);
-"abstention_accurate": if abstains is true, true when the evidence really does not settle the point, false when it
-does; false if abstains is false;
-"entity_match": true if the evidence is about the same entity as the step's claim, false if it is about other things
-or there is no evidence;
-"quote": 5 to 20 consecutive words copied exactly from the evidence that are most relevant to the claim, or "";
-"entity": the entity the claim is about;
-"value": the value (name, date, place, number) the claim asserts, or "";
-"bridge": an intermediate entity the claim depends on that the evidence does not mention, or "";
-"reason": one short sentence.
-Reply with the JSON object only."""
-
-
-# The reply template repeated at the end of the request: small judges copy a shape they have just read.
-CHECK_REPLY_SHAPE = (
-    '{"off_target": false, "abstains": false, "abstention_accurate": false, "entity_match": true, '
-    '"quote": "<5-20 words copied from the evidence>", "entity": "<entity>", "value": "<value>", "bridge": "", '
-    '"reason": "<one sentence>"}'
-)
-
-
-def check_messages(question: str, evidence: Sequence[Passage], step: TraceStep, *, max_passage_chars: int = 1500):
-    """The chat request for stages A-C of one step (system prompt `CHECK_SYSTEM_PROMPT` + one user message)."""
-    if evidence:
-        lines = [f"[{i}] {p.title}: {_clip(p.text, max_passage_chars)}" for i, p in enumerate(evidence, 1)]
-        evidence_text = "\n".join(lines)
-    else:
-        evidence_text = "(no evidence retrieved yet)"
-    user = (
-        f"QUESTION: {question}\n\nEVIDENCE:\n{evidence_text}\n\n"
-        f"STEP ({'final answer' if step.kind == 'conclusion' else 'search step'}):\n{step.text.strip()}\n\n"
-        f"Reply with only the JSON object, in this shape:\n{CHECK_REPLY_SHAPE}"
-    )
-    return [{"role": "system", "content": CHECK_SYSTEM_PROMPT}, {"role": "user", "content": user}]
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit].rstrip() + " ..."
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Claims and quotes
-# --------------------------------------------------------------------------------------------------------------------
-
-_BLOCK_TAGS = re.compile(r"<(search|answer|information)>.*?(</\1>|$)", re.DOTALL)
-_ANY_TAG = re.compile(r"</?\s*(think|search|answer|information)\s*>")
-
-
-def step_claim(step: TraceStep) -> str:
-    """The claim a step makes: its text without the search query, the answer block and the tags.
-
-    A conclusion whose remaining text does not already contain its answer gets "The answer is <answer>." appended
-    (a bare `<answer>X</answer>` thus claims "The answer is X.").
-
-    >>> from procrl.rewards.stepgap.trace import TraceStep
-    >>> step_claim(TraceStep(kind="inference", text="<think>Lyon is in France.</think><search>Lyon</search>",
-    ...                      query="Lyon", answer=None, evidence=[], retrieved=[]))
-    'Lyon is in France.'
-    """
-    text = _ANY_TAG.sub(" ", _BLOCK_TAGS.sub(" ", step.text))
-    claim = " ".join(text.split())
-    if step.kind == "conclusion" and step.answer and _norm(step.answer) not in _norm(claim):
-        claim = f"{claim} The answer is {step.answer.strip()}.".strip()
-    return claim
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().split())
-
-
-_QUOTE_EDGES = "\"'“”‘’`«» "
-
-
-def find_quote(
-    quote: str | None, evidence: Iterable[Passage], *, min_words: int = 5, max_words: int = 20
-) -> str | None:
-    """The judge's quote if it is 5-20 words and occurs verbatim in one evidence passage (title or text), comparing
-    lower-cased text with runs of whitespace collapsed; surrounding quote marks and a trailing "..." are ignored.
-    None otherwise (the step is then treated as having no quote).
-
-    >>> from procrl.rewards.stepgap.trace import Passage
-    >>> ev = [Passage(title="Lyon", text="Lyon is the third-largest city  of France.")]
-    >>> find_quote('"lyon is the third-largest city of"', ev)
-    'lyon is the third-largest city of'
-    >>> find_quote("Lyon is the largest city of France", ev) is None
-    True
-    """
-    if not quote:
-        return None
-    cleaned = quote.strip().removesuffix("...").removesuffix("…").strip(_QUOTE_EDGES)
-    words = cleaned.split()
-    if not (min_words <= len(words) <= max_words):
-        return None
-    needle = _norm(cleaned)
-    for passage in evidence:
-        if needle in _norm(passage.text) or needle in _norm(passage.title):
-            return cleaned
-    return None
-
-
-def _passages_text(passages: Sequence[Passage]) -> str:
-    return "\n".join(f"{p.title}: {p.text}" for p in passages)
+def _probs_text(dist: dict[str, float]) -> str:
+    return "P(e/n/c) " + "/".join(f"{dist[k]:.2f}" for k in ("entailment", "neutral", "contradiction"))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -229,16 +110,22 @@ class StepGapVerifier:
 
     Args:
         judge: a `procrl.judges.Judge` (OpenAI-compatible server, `transformers serve`, in-process model).
-        nli: an NLI backend with `predict(pairs) -> list[str | None]` (`CrossEncoderNLI`, `JudgeNLI`).
+        nli: an NLI backend with `predict_proba(pairs)` (`CrossEncoderNLI`, `JudgeNLI`, `CachedNLI`), or any object
+            with `predict(pairs) -> list[str | None]` (read as one-hot probabilities).
         stages: the stages to run (ablations drop some); default all of "ABCDE".
         min_quote_words, max_quote_words: the accepted quote length in words (DESIGN: 5-20).
         inference_quote_nli: stage D also checks inference steps that have a quote (default; see module docstring).
-        max_passage_chars: each passage is cut to this many characters in the judge prompt (NLI premises and
-            the quote check use the full text).
+        max_passage_chars: each passage is cut to this many characters in the judge prompt, and the candidate
+            quotes come from that part (NLI premises and the quote check use the full text).
+        constrain_quotes: send each step's `step_check_schema` (quote = a choice among its candidate spans);
+            False sends the plain `StepCheck` (free quote, filtered by `find_quote`).
+        max_quote_candidates: at most this many candidate quotes per step (in evidence order).
+        nli_thresholds: the stage D/E decision rule (`NLIThresholds`; default argmax).
         progress: show tqdm bars for the judge calls.
 
     Raises:
-        ValueError: an unknown stage or a bad quote-length range.
+        ValueError: an unknown stage, a bad quote-length range, `max_passage_chars` or `max_quote_candidates` < 1,
+            or `nli_thresholds` that is not an `NLIThresholds`.
     """
 
     def __init__(
@@ -251,6 +138,9 @@ class StepGapVerifier:
         max_quote_words: int = 20,
         inference_quote_nli: bool = True,
         max_passage_chars: int = 1500,
+        constrain_quotes: bool = True,
+        max_quote_candidates: int = 64,
+        nli_thresholds: NLIThresholds | None = None,
         progress: bool = True,
     ):
         stages = frozenset(stages)
@@ -262,6 +152,10 @@ class StepGapVerifier:
             )
         if max_passage_chars < 1:
             raise ValueError(f"StepGapVerifier: max_passage_chars must be >= 1, got {max_passage_chars}")
+        if max_quote_candidates < 1:
+            raise ValueError(f"StepGapVerifier: max_quote_candidates must be >= 1, got {max_quote_candidates}")
+        if nli_thresholds is not None and not isinstance(nli_thresholds, NLIThresholds):
+            raise ValueError(f"StepGapVerifier: nli_thresholds must be an NLIThresholds, got {nli_thresholds!r}")
         self.judge = judge
         self.nli = nli
         self.stages = stages
@@ -269,6 +163,9 @@ class StepGapVerifier:
         self.max_quote_words = max_quote_words
         self.inference_quote_nli = inference_quote_nli
         self.max_passage_chars = max_passage_chars
+        self.constrain_quotes = constrain_quotes
+        self.max_quote_candidates = max_quote_candidates
+        self.nli_thresholds = nli_thresholds or ARGMAX
         self.progress = progress
 
     # -- public API ----------------------------------------------------------------------------------------------
@@ -290,14 +187,30 @@ class StepGapVerifier:
         checks = self.check_steps(traces)
         return self.route(traces, checks, stages=stages)
 
+    def step_schema(self, step: TraceStep) -> type[StepCheck]:
+        """The reply schema of one step's A-C request: `step_check_schema` of its candidate quotes (a step without
+        evidence can only answer quote ""), or `StepCheck` when `constrain_quotes` is off."""
+        if not self.constrain_quotes:
+            return StepCheck
+        candidates = quote_candidates(
+            step.evidence,
+            min_words=self.min_quote_words,
+            max_words=self.max_quote_words,
+            max_chars=self.max_passage_chars,
+            cap=self.max_quote_candidates,
+        )
+        return step_check_schema(candidates)
+
     def check_steps(self, traces: Sequence[Trace]) -> list[list[Any]]:
-        """Stages A-C: one `JudgeResult[StepCheck]` per step, from ONE `judge.judge` call over all steps."""
+        """Stages A-C: one `JudgeResult[StepCheck]` per step, from ONE `judge.judge` call over all steps, each
+        request with its own schema (`step_schema`)."""
+        steps = [(trace, step) for trace in traces for step in trace.steps]
         requests = [
             check_messages(trace.question, step.evidence, step, max_passage_chars=self.max_passage_chars)
-            for trace in traces
-            for step in trace.steps
+            for trace, step in steps
         ]
-        flat = self.judge.judge(requests, StepCheck, desc="StepGap A-C", progress=self.progress) if requests else []
+        schemas = [self.step_schema(step) for _, step in steps]
+        flat = self.judge.judge(requests, schemas, desc="StepGap A-C", progress=self.progress) if requests else []
         out, k = [], 0
         for trace in traces:
             out.append(list(flat[k : k + len(trace.steps)]))
@@ -307,7 +220,7 @@ class StepGapVerifier:
     def route(
         self, traces: Sequence[Trace], checks: Sequence[Sequence[Any]], *, stages: Iterable[str] | None = None
     ) -> list[list[StepLabel]]:
-        """Route judged steps through the tree (stages D-E by ONE batched `nli.predict` call).
+        """Route judged steps through the tree (stages D-E by ONE batched NLI call, decided by `nli_thresholds`).
 
         Args:
             traces: the traces.
@@ -323,9 +236,7 @@ class StepGapVerifier:
             for trace, row in zip(traces, checks, strict=True)
         ]
         pending = [p for row in planned for p in row if isinstance(p, _Pending)]
-        answers = self.nli.predict([(p.premise, p.hypothesis) for p in pending]) if pending else []
-        if len(answers) != len(pending):
-            raise RuntimeError(f"NLI backend returned {len(answers)} labels for {len(pending)} pairs")
+        answers = nli_probabilities(self.nli, [(p.premise, p.hypothesis) for p in pending]) if pending else []
         by_id = {id(p): a for p, a in zip(pending, answers, strict=True)}
         return [[self._finish(p, by_id.get(id(p))) for p in row] for row in planned]
 
@@ -336,9 +247,9 @@ class StepGapVerifier:
         if check is None:
             return StepLabel("ERROR", reason=f"judge unscored: {getattr(result, 'unscored', None)}")
         fields = {
-            "entity": (check.entity or "").strip() or None,
-            "value": (check.value or "").strip() or None,
-            "bridge": (check.bridge or "").strip() or None,
+            "entity": check.entity.strip() or None,
+            "value": check.value.strip() or None,
+            "bridge": check.bridge.strip() or None,
         }
         if "A" in stages and check.off_target:
             return StepLabel("CC", reason="A: off-target", **fields)
@@ -371,24 +282,28 @@ class StepGapVerifier:
         else:  # inference: only earlier evidence that names the step's entity
             entity = fields["entity"]
             premise_passages = (
-                [p for p in step.evidence if _norm(entity) in _norm(f"{p.title} {p.text}")]
+                [p for p in step.evidence if norm_text(entity) in norm_text(f"{p.title} {p.text}")]
                 if entity
                 else list(step.evidence)
             )
         if not premise_passages:
             return StepLabel("IE", reason="E: no evidence about the claim's entity", **fields)
-        return _Pending("E", _passages_text(premise_passages), claim, fields)
+        return _Pending("E", passages_text(premise_passages), claim, fields)
 
-    @staticmethod
-    def _finish(planned: StepLabel | _Pending, nli_label: str | None) -> StepLabel:
+    def _finish(self, planned: StepLabel | _Pending, dist: dict[str, float] | None) -> StepLabel:
         if isinstance(planned, StepLabel):
             return planned
+        nli_label = self.nli_thresholds.decide(dist)
         if nli_label not in _D_LABELS:
             return StepLabel("ERROR", reason=f"{planned.stage}: NLI unscored", **planned.fields)
+        probs = _probs_text(dist)
         if planned.stage == "D":
-            return StepLabel(_D_LABELS[nli_label], reason=f"D: quote {nli_label}", **planned.fields)
+            return StepLabel(_D_LABELS[nli_label], reason=f"D: quote {nli_label} ({probs})", **planned.fields)
         label = "NONE" if nli_label == "entailment" else "IE"
-        return StepLabel(label, reason=f"E: evidence {nli_label}", **planned.fields)
+        return StepLabel(label, reason=f"E: evidence {nli_label} ({probs})", **planned.fields)
 
     def __repr__(self) -> str:
-        return f"StepGapVerifier(judge={self.judge!r}, nli={self.nli!r}, stages={''.join(sorted(self.stages))})"
+        return (
+            f"StepGapVerifier(judge={self.judge!r}, nli={self.nli!r}, stages={''.join(sorted(self.stages))}, "
+            f"nli_thresholds={self.nli_thresholds})"
+        )

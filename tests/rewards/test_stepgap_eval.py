@@ -20,6 +20,7 @@ from procrl.rewards.stepgap.evaluate import (
     load_annotated,
     typed_report,
 )
+from procrl.rewards.stepgap.quotes import quote_candidates
 from procrl.rewards.stepgap.verifier import StepGapVerifier, step_claim
 from procrl.scripts import stepgap_eval
 
@@ -67,6 +68,56 @@ def test_compute_metrics_by_hand():
         compute_metrics([["ERROR"]], [["NONE"]])
     with pytest.raises(ValueError, match="same questions"):
         compute_metrics([["NONE"]], [["NONE", "CC"]])
+
+
+GOLD = [["NONE", "CC"], ["IE", "NONE"], ["NONE", "NONE"], ["MB", "MB"]]  # 8 steps, 4 gaps; 3 of 4 questions
+
+
+def test_constant_baselines_by_hand():
+    base = ev.baselines(GOLD, draws=5)
+    none, ie = base["all-NONE"], base["all-IE"]
+    # all-NONE flags nothing: sF1 = Q-F1 = 0, BA = (0 + 1) / 2; typed: NONE P = 4/8, R = 1 -> F1 2/3, others 0
+    assert (none["sF1"], none["Q-F1"], none["BA"]) == (0.0, 0.0, 0.5)
+    assert none["typed_macro_f1"] == pytest.approx((2 / 3) / 4) and none["label_distribution"]["NONE"] == 1.0
+    # all-IE flags every step: step P = 4/8, R = 1 -> F1 2/3; questions P = 3/4, R = 1 -> 6/7; BA = (1 + 0) / 2
+    assert ie["sF1"] == pytest.approx(2 / 3) and ie["Q-F1"] == pytest.approx(6 / 7) and ie["BA"] == 0.5
+    # typed: IE gold {s3}, predicted everywhere: P = 1/8, R = 1 -> F1 2/9
+    assert ie["typed_macro_f1"] == pytest.approx((2 / 9) / 4) and ie["label_distribution"]["IE"] == 1.0
+
+
+def test_random_baseline_is_seeded_and_centred():
+    base = ev.baselines(GOLD, draws=200, seed=3)["random"]
+    assert base == ev.baselines(GOLD, draws=200, seed=3)["random"]  # seeded
+    assert base["sF1"] != ev.baselines(GOLD, draws=200, seed=4)["random"]["sF1"]
+    assert base["draws"] == 200 and base["seed"] == 3
+    # labels independent of gold: E[TPR] = q and E[TNR] = 1 - q, so E[BA] = 1/2; the mean of 200 draws lies within
+    # 4 standard errors of it (a seeded draw: deterministic)
+    assert abs(base["BA"] - 0.5) < 4 * base["std"]["BA"] / 200**0.5
+    # the drawn label shares centre on the gold shares (NONE 4/8, CC 1/8, IE 1/8, MB 2/8)
+    for label, share in {"NONE": 0.5, "CC": 0.125, "IE": 0.125, "MB": 0.25}.items():
+        assert abs(base["label_distribution"][label] - share) < 4 * (share * (1 - share) / (8 * 200)) ** 0.5
+    assert base["label_distribution"]["ERROR"] == 0.0
+
+
+def test_random_baseline_with_one_gold_label_equals_the_constant():
+    gold = [["IE", "IE"], ["IE"]]
+    base = ev.baselines(gold, draws=7)
+    for key in ("sF1", "Q-F1", "BA", "typed_macro_f1"):
+        assert base["random"][key] == base["all-IE"][key] and base["random"]["std"][key] == 0.0
+    with pytest.raises(ValueError, match="draws"):
+        ev.baselines(gold, draws=0)
+    with pytest.raises(ValueError, match="no steps"):
+        ev.baselines([[]])
+
+
+def test_tables_show_missing_values_as_dashes():
+    rows = {"all-NONE": ev.baselines(GOLD, draws=1)["all-NONE"], "paper (ref)": ev.PAPER_REFERENCE}
+    text = ev.format_table(rows)
+    assert text.splitlines()[3].split() == ["paper", "(ref)", "72.0", "81.2", "60.6", "-", "-", "-", "-", "-", "-"]
+    assert text.splitlines()[2].split()[:5] == ["all-NONE", "0.0", "0.0", "50.0", "16.7"]
+    md = ev.format_markdown(rows).splitlines()
+    assert md[0] == "| variant | sF1 | Q-F1 | BA | typed F1 | NONE | CC | IE | MB | ERROR |"
+    assert md[2] == "| all-NONE | 0.0 | 0.0 | 50.0 | 16.7 | 100.0% | 0.0% | 0.0% | 0.0% | 0.0% |"
 
 
 def test_typed_report_perfect():
@@ -136,11 +187,17 @@ class OracleJudge(Judge):
         for j, messages in enumerate(requests):
             text = messages[-1]["content"].split("):\n", 1)[1].split("\n\nReply with only", 1)[0].strip()
             _, step, gold = self.by_text[text]
-            # Quote: the first 8 words of the passage titled with the entity the claim names (none for IE).
+            # Quote: the first candidate span of the passage titled with the entity the claim names (none for IE).
             claim = step_claim(step).lower()
             subject = next((p for p in step.evidence if p.title.lower().split(" (")[0] in claim), None)
-            quote = " ".join(subject.text.split()[:8]) if subject and gold != "IE" else ""
-            body = {"off_target": False, "abstains": False, "entity_match": gold != "IE", "quote": quote}
+            quote = quote_candidates([subject])[0] if subject and gold != "IE" else ""
+            body = {
+                "off_target": False,
+                "abstains": False,
+                "abstention_accurate": False,
+                "entity_match": gold != "IE",
+                "quote": quote,
+            }
             value, reason = parse_judgement(json.dumps(body), schemas[j])
             finish(j, JudgeResult(value=value, unscored=reason, raw=json.dumps(body), attempts=1))
 
@@ -164,6 +221,7 @@ def test_evaluate_with_oracle_backends_is_perfect():
     report = ev.evaluate(verifier, data)
     full = report["metrics"]["full"]
     assert full["sF1"] == 1.0 and full["Q-F1"] == 1.0 and full["BA"] == 1.0 and full["typed_macro_f1"] == 1.0
+    assert report["judge_unscored"] == {} and set(report["baselines"]) == {"all-NONE", "all-IE", "random"}
     assert set(report["metrics"]) == {"full", "-A", "-B", "-C", "-D", "-E"}
     assert report["metrics"]["-D"]["per_label"]["CC"]["recall"] == 0.0  # without D no quote is ever CC
 
@@ -177,16 +235,29 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
 
     @contextlib.contextmanager
     def fake_open_judge(spec, **kwargs):
-        assert spec == "local" and kwargs["continuous_batching"] and kwargs["num_threads"] == 1
+        assert spec == "local" and kwargs["max_tokens"] == 256
         yield OracleJudge(data)
 
     monkeypatch.setattr(stepgap_eval, "open_judge", fake_open_judge)
     monkeypatch.setattr(stepgap_eval, "make_nli", lambda spec, judge, **kw: GoldNLI(data))
-    assert stepgap_eval.main(["--data", str(small), "--output-dir", str(tmp_path / "out")]) == 0
-    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    out = tmp_path / "out"
+    argv = ["--data", str(small), "--output-dir", str(out), "--nli-entail-min", "0.9", "--baseline-draws", "20"]
+    assert stepgap_eval.main(argv) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    # GoldNLI's labels are one-hots: a threshold of 0.9 changes nothing
     assert metrics["n_steps"] == 8 and metrics["metrics"]["full"]["sF1"] == 1.0
-    assert len((tmp_path / "out" / "labels.jsonl").read_text().splitlines()) == 8
-    assert "sF1" in capsys.readouterr().out
+    assert metrics["nli_thresholds"] == "entail_min=0.9, contradict_min=None" and metrics["constrain_quotes"]
+    assert metrics["baselines"]["random"]["draws"] == 20 and metrics["paper_reference"]["sF1"] == 0.72
+    assert metrics["baselines"]["all-NONE"]["sF1"] == 0.0
+    assert len((out / "labels.jsonl").read_text().splitlines()) == 8
+    printed = capsys.readouterr().out
+    table = (out / "table.md").read_text()
+    for row in ("full", "-A", "-E", "all-NONE", "all-IE", "random", "paper (ref)"):
+        assert f"\n{row} " in printed and f"| {row} |" in table
+    assert "| paper (ref) | 72.0 | 81.2 | 60.6 | - |" in table
+    assert "mean over 20 draws" in printed
+    # a threshold outside (0, 1] is a usage error (exit 2), before any judge is opened
+    assert stepgap_eval.main(["--data", str(small), "--nli-contradict-min", "1.5"]) == 2
 
 
 def test_load_annotated_rejects_bad_records(tmp_path):

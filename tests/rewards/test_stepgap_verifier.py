@@ -4,14 +4,24 @@ tiny cross-encoder built from a config; one protocol test against the local `tra
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
 
 from procrl.judges import Judge, JudgeResult, JudgeServer, OpenAICompatibleJudge, parse_judgement
+from procrl.rewards.stepgap.check import CHECK_REPLY_SHAPE
 from procrl.rewards.stepgap.nli import CachedNLI, CrossEncoderNLI, JudgeNLI, NLIVerdict, make_nli, map_nli_labels
+from procrl.rewards.stepgap.quotes import quote_candidates
 from procrl.rewards.stepgap.trace import Passage, StepLabel, Trace, TraceStep
-from procrl.rewards.stepgap.verifier import LABELS, StepCheck, StepGapVerifier, find_quote, step_claim
+from procrl.rewards.stepgap.verifier import (
+    LABELS,
+    StepCheck,
+    StepGapVerifier,
+    find_quote,
+    step_check_schema,
+    step_claim,
+)
 
 # --------------------------------------------------------------------------------------------------------------------
 # Fakes: a judge that replays recorded reply texts, and an NLI that answers from a table
@@ -56,13 +66,14 @@ class ScriptedNLI:
 
 def reply(**fields) -> str:
     """A recorded judge reply: prose around the JSON, as small models write it."""
-    base = {"off_target": False, "abstains": False, "abstention_accurate": False, "entity_match": True}
+    base = {"off_target": False, "abstains": False, "abstention_accurate": False, "entity_match": True, "quote": ""}
     return "Here is my check:\n```json\n" + json.dumps(base | fields) + "\n```"
 
 
 LYON = Passage(title="Lyon", text="Lyon is the third-largest city of France, on the Rhone and the Saone.")
 PARIS = Passage(title="Paris", text="Paris is the capital and most populous city of France.")
-QUOTE = "Lyon is the third-largest city of France"  # 8 words, verbatim in LYON
+QUOTE = LYON.text  # 13 words, one sentence: the only candidate quote of LYON (quote_candidates)
+PART = "Lyon is the third-largest city of France"  # 8 words, verbatim in LYON but not a candidate
 
 
 def conclusion(marker: str, evidence=(LYON, PARIS), claim="Lyon is the third-largest city of France.", answer="yes"):
@@ -84,6 +95,7 @@ def trace(*steps) -> Trace:
 
 
 def run_one(step, judge_reply, nli=None, **kwargs) -> tuple[StepLabel, ScriptedNLI]:
+    """Label one step; `constrain_quotes=False` (a free-quote schema) where a case needs a non-candidate quote."""
     nli = nli or ScriptedNLI()
     verifier = StepGapVerifier(RecordedJudge({"[m]": judge_reply}), nli, progress=False, **kwargs)
     (label,) = verifier.verify(trace(step))
@@ -113,28 +125,24 @@ BOTH = f"Lyon: {LYON.text}\nParis: {PARIS.text}"  # the premise "all prior evide
         (conclusion("m"), reply(abstains=True, abstention_accurate=False), None, "CC", []),
         # C: evidence about another entity -> IE; no evidence at all -> IE
         (conclusion("m"), reply(entity_match=False, quote=QUOTE), None, "IE", []),
-        (conclusion("m", evidence=()), reply(quote=QUOTE), None, "IE", []),
+        (conclusion("m", evidence=()), reply(), None, "IE", []),
         # D on a conclusion with a verified quote: NLI(quote => claim)
         (conclusion("m"), reply(quote=QUOTE), "entailment", "NONE", [(QUOTE, CLAIM)]),
         (conclusion("m"), reply(quote=QUOTE), "neutral", "MB", [(QUOTE, CLAIM)]),
         (conclusion("m"), reply(quote=QUOTE), "contradiction", "CC", [(QUOTE, CLAIM)]),
         (conclusion("m"), reply(quote=QUOTE), None, "ERROR", [(QUOTE, CLAIM)]),
-        # the quote is checked with case and whitespace normalised, surrounding quote marks dropped
-        (
-            conclusion("m"),
-            reply(quote='"LYON is the  third-largest city of France"'),
-            "neutral",
-            "MB",
-            [("LYON is the  third-largest city of France", CLAIM)],
-        ),
-        # E: a quote that is not in the evidence counts as no quote -> NLI(all prior evidence => claim)
-        (conclusion("m"), reply(quote="Lyon is the largest city of France"), "entailment", "NONE", [(BOTH, CLAIM)]),
-        (conclusion("m"), reply(quote="Lyon is the largest city of France"), "neutral", "IE", [(BOTH, CLAIM)]),
-        (conclusion("m"), reply(quote="Lyon is the largest city of France"), "contradiction", "IE", [(BOTH, CLAIM)]),
-        # a verbatim quote of 4 words (< 5) or an empty quote is no quote either
-        (conclusion("m"), reply(quote="the third-largest city of"), "neutral", "IE", [(BOTH, CLAIM)]),
+        # under the step's schema a quote must be one of its candidates: a paraphrase, a verbatim part of a candidate,
+        # the prompt's placeholder or null is a schema mismatch -> ERROR, no NLI
+        (conclusion("m"), reply(quote="Lyon is the largest city of France"), "entailment", "ERROR", []),
+        (conclusion("m"), reply(quote=PART), "entailment", "ERROR", []),
+        (conclusion("m"), reply(quote="<5-20 words copied from the evidence>"), "entailment", "ERROR", []),
+        (conclusion("m"), reply(quote=None), "entailment", "ERROR", []),
+        # the candidate of the other passage is a valid quote too
+        (conclusion("m"), reply(quote=PARIS.text), "neutral", "MB", [(PARIS.text, CLAIM)]),
+        # E: no quote -> NLI(all prior evidence => claim)
         (conclusion("m"), reply(quote=""), "entailment", "NONE", [(BOTH, CLAIM)]),
-        (conclusion("m"), reply(quote=None), None, "ERROR", [(BOTH, CLAIM)]),
+        (conclusion("m"), reply(quote=""), "neutral", "IE", [(BOTH, CLAIM)]),
+        (conclusion("m"), reply(quote=""), "contradiction", "IE", [(BOTH, CLAIM)]),
         # D on an inference step with a quote (the paper checks every quoted step)
         (inference("m"), reply(quote=QUOTE), "neutral", "MB", [(QUOTE, ICLAIM)]),
         (inference("m"), reply(quote=QUOTE), "entailment", "NONE", [(QUOTE, ICLAIM)]),
@@ -149,6 +157,32 @@ BOTH = f"Lyon: {LYON.text}\nParis: {PARIS.text}"  # the premise "all prior evide
 def test_routing_table(step, judge_reply, nli_answer, expected, expected_pairs):
     nli = ScriptedNLI(default=nli_answer)
     label, _ = run_one(step, judge_reply, nli)
+    assert label.label == expected, label
+    assert [p for call in nli.calls for p in call] == expected_pairs
+
+
+@pytest.mark.parametrize(
+    "judge_reply, nli_answer, expected, expected_pairs",
+    [
+        # the quote is checked with case and whitespace normalised, surrounding quote marks dropped
+        (
+            reply(quote='"LYON is the  third-largest city of France"'),
+            "neutral",
+            "MB",
+            [("LYON is the  third-largest city of France", CLAIM)],
+        ),
+        # a quote that is not in the evidence counts as no quote -> E: NLI(all prior evidence => claim)
+        (reply(quote="Lyon is the largest city of France"), "entailment", "NONE", [(BOTH, CLAIM)]),
+        (reply(quote="Lyon is the largest city of France"), "contradiction", "IE", [(BOTH, CLAIM)]),
+        (reply(quote="<5-20 words copied from the evidence>"), "neutral", "IE", [(BOTH, CLAIM)]),
+        # a verbatim quote of 4 words (< 5) is no quote either
+        (reply(quote="the third-largest city of"), "neutral", "IE", [(BOTH, CLAIM)]),
+    ],
+)
+def test_free_quotes_are_filtered_by_find_quote(judge_reply, nli_answer, expected, expected_pairs):
+    # constrain_quotes=False: the plain StepCheck schema (a free quote), as a judge that ignores schemas would answer
+    nli = ScriptedNLI(default=nli_answer)
+    label, _ = run_one(conclusion("m"), judge_reply, nli, constrain_quotes=False)
     assert label.label == expected, label
     assert [p for call in nli.calls for p in call] == expected_pairs
 
@@ -178,7 +212,7 @@ def test_step_without_claim_text_is_none():
     label, nli = run_one(step, reply(quote=QUOTE), ScriptedNLI(default="contradiction"))  # marker "[m]" absent
     assert label.label == "ERROR"  # the recorded judge had no reply for it: unscored
     nli = ScriptedNLI(default="contradiction")
-    verifier = StepGapVerifier(RecordedJudge({"Lyon": reply(quote=QUOTE)}), nli, progress=False)
+    verifier = StepGapVerifier(RecordedJudge({"Lyon": reply()}), nli, progress=False)
     assert verifier.verify(trace(step))[0].label == "NONE" and nli.calls == []
     # the first search of a rollout has no evidence yet: a bare search is still no gap (not "C: no evidence")
     first = TraceStep(
@@ -197,7 +231,7 @@ def test_step_without_claim_text_is_none():
         ("B", reply(abstains=True, quote=QUOTE), "entailment", "NONE"),  # abstention ignored, checked as a claim
         ("C", reply(entity_match=False, quote=QUOTE), "entailment", "NONE"),  # no IE, no quote -> E entails
         ("D", reply(quote=QUOTE), "contradiction", "NONE"),  # quote accepted without asking the NLI
-        ("E", reply(quote="not in the evidence at all"), "neutral", "NONE"),  # no quote and no E -> NONE
+        ("E", reply(quote=""), "neutral", "NONE"),  # no quote and no E -> NONE
     ],
 )
 def test_ablation_skips_one_stage(removed, judge_reply, nli_answer, expected):
@@ -212,7 +246,7 @@ def test_verify_many_makes_one_judge_call_and_one_nli_call():
         {
             "[a]": reply(quote=QUOTE),
             "[b]": reply(entity_match=False),
-            "[c]": reply(quote="nope"),
+            "[c]": reply(quote=""),
             "[d]": reply(entity="Lyon"),
         }
     )
@@ -241,16 +275,109 @@ def test_step_claim_and_find_quote():
         kind="conclusion", text="<answer> Lyon </answer>", query=None, answer="Lyon", evidence=[], retrieved=[]
     )
     assert step_claim(bare) == "The answer is Lyon."
-    assert find_quote("Lyon is the third-largest city of France...", [LYON]) == QUOTE
-    assert find_quote(QUOTE + " " + "x " * 13, [LYON]) is None  # 21 words
+    assert find_quote("Lyon is the third-largest city of France...", [LYON]) == PART
+    assert find_quote(PART + " " + "x " * 13, [LYON]) is None  # 21 words
     assert find_quote("capital and most populous city", [LYON, PARIS]) == "capital and most populous city"
     assert find_quote("capital and most populous city", [LYON]) is None
 
 
-def test_step_check_schema_is_strict():
-    assert StepCheck.model_validate({"off_target": 0, "abstains": False, "entity_match": True}).quote == ""
-    with pytest.raises(ValueError):
-        StepCheck.model_validate({"off_target": False, "abstains": False, "entity_match": True, "extra": 1})
+VALID = {"off_target": False, "abstains": True, "abstention_accurate": False, "entity_match": True, "quote": ""}
+
+
+def test_step_check_minimal_reply_and_field_order():
+    check, reason = parse_judgement(json.dumps(VALID), StepCheck)
+    assert reason is None and (check.entity, check.value, check.bridge, check.reason) == ("", "", "", "")
+    # the schema's field order is the prompt's reply shape (small judges copy it key by key)
+    assert list(StepCheck.model_fields) == list(json.loads(CHECK_REPLY_SHAPE))
+    assert list(StepCheck.model_json_schema()["properties"]) == list(json.loads(CHECK_REPLY_SHAPE))
+    assert set(StepCheck.model_json_schema()["required"]) == {*list(VALID)}
+    # bounds at the limit are accepted (80 characters for entity/value/bridge, 120 for reason)
+    at_limit = VALID | {"entity": "e" * 80, "value": "v" * 80, "bridge": "b" * 80, "reason": "r" * 120}
+    assert parse_judgement(json.dumps(at_limit), StepCheck)[1] is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"off_target": 0},  # booleans as integers: lax pydantic would take 0/1
+        {"abstains": 1},
+        {"entity_match": "true"},  # booleans as strings
+        {"abstention_accurate": "false"},
+        {"off_target": 0.0},  # as a float
+        {"entity_match": None},
+        {"entity": 3},  # a number where a string is required
+        {"reason": 1.5},
+        {"quote": 12345},
+        {"entity": "e" * 81},  # over-long strings
+        {"value": "v" * 81},
+        {"bridge": "b" * 81},
+        {"reason": "r" * 121},
+        {"quote": "q" * 301},
+        {"extra": "x"},  # an unknown key
+    ],
+)
+def test_step_check_is_strict(change):
+    assert parse_judgement(json.dumps(VALID | change), StepCheck) == (None, "schema_mismatch")
+
+
+@pytest.mark.parametrize("missing", ["off_target", "abstains", "abstention_accurate", "entity_match", "quote"])
+def test_step_check_required_fields(missing):
+    body = {k: v for k, v in VALID.items() if k != missing}
+    assert parse_judgement(json.dumps(body), StepCheck) == (None, "schema_mismatch")
+
+
+def test_step_check_schema_allows_only_candidates():
+    candidates = quote_candidates([LYON, PARIS])
+    assert candidates == (LYON.text, PARIS.text)  # one sentence each, 13 and 9 words
+    schema = step_check_schema(candidates)
+    assert schema is step_check_schema(candidates)  # cached per candidate tuple
+    assert schema.__name__ == "StepCheck" and issubclass(schema, StepCheck)
+    assert list(schema.model_fields) == list(StepCheck.model_fields)
+    assert schema.model_json_schema()["properties"]["quote"]["enum"] == [LYON.text, PARIS.text, ""]
+    for quote in (LYON.text, PARIS.text, ""):
+        assert parse_judgement(json.dumps(VALID | {"quote": quote}), schema)[0].quote == quote
+    for quote in (PART, LYON.text.lower(), " " + LYON.text, "<entity>", "<5-20 words copied from the evidence>"):
+        assert parse_judgement(json.dumps(VALID | {"quote": quote}), schema) == (None, "schema_mismatch")
+    # still strict in the other fields
+    assert parse_judgement(json.dumps(VALID | {"off_target": 0}), schema) == (None, "schema_mismatch")
+    # a step without evidence can only say ""
+    empty = step_check_schema(())
+    assert empty.model_json_schema()["properties"]["quote"]["const"] == ""  # a one-value Literal is a JSON const
+    assert parse_judgement(json.dumps(VALID | {"quote": PART}), empty) == (None, "schema_mismatch")
+    with pytest.raises(ValueError, match="tuple of non-empty strings"):
+        step_check_schema(("", "x"))
+
+
+class SchemaRecordingJudge(RecordedJudge):
+    def __init__(self, replies):
+        super().__init__(replies)
+        self.schemas = []
+
+    async def _judge_uncached(self, requests, schemas, finish):
+        self.schemas += list(schemas)
+        await super()._judge_uncached(requests, schemas, finish)
+
+
+def test_check_steps_sends_one_schema_per_step():
+    long = Passage(title="Long", text=" ".join(f"w{i}" for i in range(30)) + ".")  # one 30-word sentence
+    judge = SchemaRecordingJudge({"[a]": reply(quote=PARIS.text), "[b]": reply(quote="w15 w16 w17 w18 w19 w20 w21")})
+    verifier = StepGapVerifier(judge, ScriptedNLI(default="neutral"), progress=False)
+    labels = verifier.verify(trace(inference("a", evidence=(PARIS,)), conclusion("b", evidence=(LYON, long))))
+    first, second = (s.model_json_schema()["properties"]["quote"]["enum"] for s in judge.schemas)
+    assert first == [PARIS.text, ""]
+    # 30 words -> two chunks of 15 words
+    assert second == [
+        LYON.text,
+        " ".join(f"w{i}" for i in range(15)),
+        " ".join(f"w{i}" for i in range(15, 30)) + ".",
+        "",
+    ]
+    assert judge.calls == [2]
+    assert [lab.label for lab in labels] == ["MB", "ERROR"]  # the second quote is not a candidate
+    # constrain_quotes=False sends the plain StepCheck
+    judge = SchemaRecordingJudge({"[a]": reply()})
+    StepGapVerifier(judge, ScriptedNLI(), progress=False, constrain_quotes=False).verify(trace(inference("a")))
+    assert judge.schemas == [StepCheck]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -310,6 +437,22 @@ def test_cross_encoder_reads_labels_by_name_and_batching_is_exact(tmp_path, id2l
     assert set(expected) <= {"entailment", "neutral", "contradiction"}
 
 
+def test_cross_encoder_probabilities_are_the_softmax_of_its_logits(tmp_path):
+    id2label = {0: "CONTRADICTION", 1: "ENTAILMENT", 2: "NEUTRAL"}
+    model, tokenizer = tiny_cross_encoder(tmp_path, id2label)
+    nli = CrossEncoderNLI("tiny", batch_size=2, model=model, tokenizer=tokenizer)
+    got = nli.predict_proba(PAIRS)
+    for (premise, hypothesis), probs in zip(PAIRS, got, strict=True):
+        # reference: one pair alone, exp(logit) / sum(exp(logits)) per class, named by id2label
+        with torch.no_grad():
+            logits = model(**tokenizer(premise, hypothesis, return_tensors="pt")).logits[0].tolist()
+        total = sum(math.exp(x) for x in logits)
+        expected = {id2label[i].lower(): math.exp(x) / total for i, x in enumerate(logits)}
+        assert set(probs) == {"entailment", "neutral", "contradiction"}
+        assert probs == pytest.approx(expected, abs=1e-5)  # batched with padding vs alone: a tolerance
+    assert nli.predict(PAIRS) == [max(p, key=p.get) for p in got]
+
+
 def test_cross_encoder_label_order_matters(tmp_path):
     # Same weights, two id2label orders: each prediction moves with its class name.
     a = {0: "contradiction", 1: "entailment", 2: "neutral"}
@@ -343,13 +486,19 @@ def test_unloadable_cross_encoder_falls_back_to_judge(tmp_path):
 
 
 def test_judge_nli_parses_and_unscored_is_none():
-    judge = RecordedJudge({"HYPOTHESIS:\nh1": '{"label": "Entailment"}', "HYPOTHESIS:\nh2": '{"label": "maybe"}'})
+    judge = RecordedJudge({"HYPOTHESIS:\nh1": '{"label": "entailment"}', "HYPOTHESIS:\nh2": '{"label": "Entailment"}'})
     nli = CachedNLI(JudgeNLI(judge))
+    # "Entailment" is not coerced: unscored; h3 has no reply
     assert nli.predict([("p", "h1"), ("p", "h2"), ("p", "h3"), ("p", "h1")]) == ["entailment", None, None, "entailment"]
     assert judge.calls == [3]  # one call; the repeated pair is asked once
     assert nli.predict([("p", "h1"), ("p", "h2")]) == ["entailment", None]
     assert judge.calls == [3, 1]  # only the unscored pair is asked again
-    assert NLIVerdict.model_validate({"label": " NEUTRAL "}).label == "neutral"
+
+
+@pytest.mark.parametrize("label", ["Entailment", " neutral", "NEUTRAL", "contradict", "", 1, True, None])
+def test_nli_verdict_is_never_coerced(label):
+    assert parse_judgement(json.dumps({"label": label}), NLIVerdict) == (None, "schema_mismatch")
+    assert parse_judgement('{"label": "neutral", "why": "x"}', NLIVerdict) == (None, "schema_mismatch")
 
 
 # --------------------------------------------------------------------------------------------------------------------
