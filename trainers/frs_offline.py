@@ -79,6 +79,12 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     judge_cache_dir: str | None = field(
         default=None, metadata={"help": "on-disk judge cache (default: <output-dir>/judge_cache)"}
     )
+    judge_sees_correctness: bool = field(
+        default=True,
+        metadata={
+            "help": 'show the judge the final-answer check {"final_correct": ...}; false drops it from the prompt'
+        },
+    )
     estimator: Literal["topk", "bins"] = field(default="topk", metadata={"help": "exact top-K, or the paper's bins"})
     n_bins: int = field(default=10, metadata={"help": "bins of the bin estimator"})
     max_per_bin: int = field(default=50, metadata={"help": "judged traces per bin (bin estimator)"})
@@ -126,6 +132,7 @@ class OfflineFRSConfig(OfflineSamplingConfig):
             max_per_bin=self.max_per_bin,
             random_baseline=self.random_baseline,
             seed=self.seed,
+            judge_sees_correctness=self.judge_sees_correctness,
         )
 
 

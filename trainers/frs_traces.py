@@ -203,7 +203,7 @@ def generate_traces_resumable(
     if path.is_file():
         lines = path.read_text().splitlines()
         if lines and json.loads(lines[0]).get("settings") == json_safe(settings):
-            traces = [Trace(**{k: v for k, v in json.loads(line).items() if k != "rs"}) for line in lines[1:]]
+            traces = [Trace.from_dict(json.loads(line)) for line in lines[1:]]
             logger.info("reusing %d traces from %s", len(traces), path)
     if not traces:
         path.write_text(json.dumps({"settings": json_safe(settings)}) + "\n")

@@ -40,36 +40,16 @@ What the report holds besides FRS@K (`procrl.rewards.frs.FRSReport`):
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-
 from trl import TrlParser
 
-from procrl.rewards.frs import FRSConfig
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
 
 
-@dataclass
-class FRSCommandConfig(OfflineFRSConfig):
-    """`OfflineFRSConfig` plus the judge-prompt ablation flag of `procrl frs` (YAML key `judge_sees_correctness`)."""
-
-    judge_sees_correctness: bool = field(
-        default=True,
-        metadata={
-            "help": 'show the judge the final-answer check {"final_correct": ...}; false drops it from the prompt'
-        },
-    )
-
-    def frs_config(self) -> FRSConfig:
-        """`OfflineFRSConfig.frs_config` with `judge_sees_correctness` set (`run_frs` passes it to the judging)."""
-        return dataclasses.replace(super().frs_config(), judge_sees_correctness=self.judge_sees_correctness)
-
-
 def make_parser() -> TrlParser:
-    """`TrlParser` over `FRSCommandConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored)
+    """`TrlParser` over `OfflineFRSConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored)
     override."""
-    return TrlParser((FRSCommandConfig,), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter)
+    return TrlParser((OfflineFRSConfig,), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter)
 
 
 def main(argv: list[str] | None = None) -> int:
