@@ -13,13 +13,18 @@ raise (`ValueError`).
 
 Backends:
 - `OpenAICompatibleJudge` (`procrl.judges.client`): the `openai` client against vLLM, llama.cpp,
-  `transformers serve` or a hosted API; temperature 0, JSON mode, bounded concurrency, retries with backoff on
-  timeouts, connection errors, malformed bodies, 429 and 5xx. The API key comes only from an environment variable
-  (default `PROCRL_JUDGE_API_KEY`) and is never logged, cached or shown in a repr.
+  `transformers serve` or a hosted API; temperature 0, each request's schema sent as `response_format` json_schema
+  and top log-probs asked for (closed choices read as probabilities, `results[0].probs`), bounded concurrency,
+  retries with backoff on timeouts, connection errors, malformed bodies, 429 and 5xx. The API key comes only from an
+  environment variable (default `PROCRL_JUDGE_API_KEY`) and is never logged, cached or shown in a repr.
 - `TransformersJudge` (`procrl.judges.local`): an in-process causal LM (greedy, chat template, batched left-padded
-  `generate`).
-- `JudgeServer` (`procrl.judges.server`): starts `transformers serve <model dir> --host 127.0.0.1 --port P
-  --device cpu` and stops its whole process group; `open_judge("local")` pairs it with an `OpenAICompatibleJudge`.
+  `generate`), decoding under each reply's schema.
+- `JudgeServer` (`procrl.judges.server`): starts vLLM's OpenAI-compatible server (`python -m
+  vllm.entrypoints.openai.api_server --model <dir> --host 127.0.0.1 --port P`, CPU settings; structured outputs and
+  log-probs) or, with `engine="transformers"`, `transformers serve` (which ignores the schema), and stops its whole
+  process group. `open_judge("local")` pairs the vLLM server with an `OpenAICompatibleJudge`, or runs a
+  `TransformersJudge` in this process where vLLM cannot be imported; `open_judge("serve:transformers")` is the
+  `transformers serve` path.
 
 The modules, by job: `parse` (the first JSON object of a reply, validated against the schema), `cache` (one JSON
 file per validated judgement, keyed by `request_cache_key`), `base` (`JudgeResult`, `JudgeStats`, the `Judge`

