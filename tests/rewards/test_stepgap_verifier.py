@@ -508,15 +508,26 @@ def test_nli_verdict_is_never_coerced(label):
 
 @pytest.mark.slow
 def test_integration_local_judge_server(default_model_path):
+    # The embedded judge server (vLLM, DESIGN §3 "Local servers") is sent each step's schema: the replies follow it
+    # (one JSON document, a quote among the step's candidates or ""), and the closed choices come with probabilities.
+    # vLLM is a declared dependency: a server that does not start is a failure, with its log tail, never a skip.
     server = JudgeServer("default", num_threads=1, startup_timeout_s=240)
-    # `transformers serve` is a declared dependency (transformers[serving]): a server that does not start is a
-    # failure, with the server's own error (start raises with its log tail), never a skip.
     server.start()
     try:
-        judge = OpenAICompatibleJudge(server.base_url, server.model_id, max_tokens=96, timeout_s=300, max_retries=0)
+        judge = OpenAICompatibleJudge(server.base_url, server.model_id, max_tokens=256, timeout_s=300, max_retries=0)
         verifier = StepGapVerifier(judge, JudgeNLI(judge), progress=False)
-        labels = verifier.verify(trace(inference("x"), conclusion("y")))
+        traces = [trace(inference("x"), conclusion("y")), trace(conclusion("z", evidence=()))]
+        checks = verifier.check_steps(traces)
+        labels = verifier.route(traces, checks)
     finally:
         server.stop()
-    assert len(labels) == 2 and all(isinstance(lab, StepLabel) and lab.label in LABELS for lab in labels)
-    assert judge.stats.requests >= 2  # the server was asked (A-C for both steps, plus any NLI)
+    steps = [step for t in traces for step in t.steps]
+    results = [r for row in checks for r in row]
+    assert [r.unscored for r in results] == [None, None, None] and all(r.followed_schema for r in results)
+    for step, result in zip(steps, results, strict=True):
+        assert result.value.quote in (*quote_candidates(step.evidence), "")  # never a paraphrase or placeholder
+        assert set(result.probs) >= {"off_target", "abstains", "abstention_accurate", "entity_match"}
+    assert results[2].value.quote == ""  # no evidence: the only choice
+    assert all(lab.label in LABELS and lab.label != "ERROR" for row in labels for lab in row), labels
+    stats = judge.stats.as_dict()
+    assert stats["unscored"] == 0 and stats["schema_ignored"] == 0 and stats["with_probs"] == stats["requests"] >= 3
