@@ -34,9 +34,10 @@ stage D still checks that quote against the claim, as the paper does for every q
 Verbatim quotes by construction: each step's schema (`step_check_schema`) makes `quote` a `Literal` of that step's
 candidate spans (`procrl.rewards.stepgap.quotes.quote_candidates`: 5-20-word chunks of the evidence sentences as
 the prompt shows them, at most 64) plus "", so a backend that enforces the schema (vLLM structured outputs, a
-grammar-constrained local judge) can only return a verbatim quote or none, and a paraphrase or a copied
-placeholder such as "<entity>" is a schema mismatch (ERROR) from one that does not. `constrain_quotes=False` sends
-the plain `StepCheck` (free quote, filtered by `find_quote`: a non-verbatim quote then means "no quote").
+grammar-constrained local judge) can only return a verbatim quote or none. A backend that ignores the schema (its
+reply does not validate against the step's schema) is read against the plain `StepCheck` instead, so a paraphrased
+or placeholder quote such as "<entity>" means "no quote" (filtered by `find_quote`), never a label of its own.
+`constrain_quotes=False` sends the plain `StepCheck` (free quote, filtered by `find_quote`).
 
 Stage D/E decisions read NLI probabilities (`nli.predict_proba`, or one-hots of `nli.predict` for a backend that only
 gives labels) through `nli_thresholds` (`procrl.rewards.stepgap.nli_rule.NLIThresholds`): by default the argmax;
@@ -55,10 +56,12 @@ on an OpenAI-compatible server) and ALL NLI pairs in one NLI call (batched); `ve
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from procrl.judges import parse_judgement
 from procrl.rewards.stepgap.check import StepCheck, check_messages, step_check_schema
 from procrl.rewards.stepgap.nli_rule import ARGMAX, NLIThresholds, nli_probabilities
 from procrl.rewards.stepgap.quotes import find_quote, norm_text, passages_text, quote_candidates, step_claim
@@ -93,6 +96,17 @@ def _probs_text(dist: dict[str, float]) -> str:
 # --------------------------------------------------------------------------------------------------------------------
 
 _D_LABELS = {"entailment": "NONE", "neutral": "MB", "contradiction": "CC"}
+
+
+def _free_quote_fallback(result: Any) -> Any:
+    """A reply that failed the step's schema only through its quote (a backend that ignored the schema and
+    paraphrased) is validated against the plain `StepCheck`; its quote is then filtered by `find_quote` in stage C."""
+    if getattr(result, "unscored", None) != "schema_mismatch" or not getattr(result, "raw", None):
+        return result
+    value, reason = parse_judgement(result.raw, StepCheck)
+    if value is None:
+        return result
+    return dataclasses.replace(result, value=value, unscored=reason, followed_schema=False)
 
 
 @dataclass
@@ -211,6 +225,7 @@ class StepGapVerifier:
         ]
         schemas = [self.step_schema(step) for _, step in steps]
         flat = self.judge.judge(requests, schemas, desc="StepGap A-C", progress=self.progress) if requests else []
+        flat = [_free_quote_fallback(result) for result in flat]
         out, k = [], 0
         for trace in traces:
             out.append(list(flat[k : k + len(trace.steps)]))

@@ -131,11 +131,12 @@ BOTH = f"Lyon: {LYON.text}\nParis: {PARIS.text}"  # the premise "all prior evide
         (conclusion("m"), reply(quote=QUOTE), "neutral", "MB", [(QUOTE, CLAIM)]),
         (conclusion("m"), reply(quote=QUOTE), "contradiction", "CC", [(QUOTE, CLAIM)]),
         (conclusion("m"), reply(quote=QUOTE), None, "ERROR", [(QUOTE, CLAIM)]),
-        # under the step's schema a quote must be one of its candidates: a paraphrase, a verbatim part of a candidate,
-        # the prompt's placeholder or null is a schema mismatch -> ERROR, no NLI
-        (conclusion("m"), reply(quote="Lyon is the largest city of France"), "entailment", "ERROR", []),
-        (conclusion("m"), reply(quote=PART), "entailment", "ERROR", []),
-        (conclusion("m"), reply(quote="<5-20 words copied from the evidence>"), "entailment", "ERROR", []),
+        # under the step's schema a quote must be one of its candidates; a reply that breaks it (a backend that
+        # ignored the schema) is read as a plain StepCheck: a paraphrase or the prompt's placeholder is no quote
+        # (stage E), a verbatim part of a candidate is a quote (stage D), and null stays a mismatch -> ERROR
+        (conclusion("m"), reply(quote="Lyon is the largest city of France"), "entailment", "NONE", [(BOTH, CLAIM)]),
+        (conclusion("m"), reply(quote=PART), "entailment", "NONE", [(PART, CLAIM)]),
+        (conclusion("m"), reply(quote="<5-20 words copied from the evidence>"), "neutral", "IE", [(BOTH, CLAIM)]),
         (conclusion("m"), reply(quote=None), "entailment", "ERROR", []),
         # the candidate of the other passage is a valid quote too
         (conclusion("m"), reply(quote=PARIS.text), "neutral", "MB", [(PARIS.text, CLAIM)]),
@@ -373,7 +374,9 @@ def test_check_steps_sends_one_schema_per_step():
         "",
     ]
     assert judge.calls == [2]
-    assert [lab.label for lab in labels] == ["MB", "ERROR"]  # the second quote is not a candidate
+    # the second quote is not a candidate (the judge ignored the schema) but a verbatim span: read as a plain
+    # StepCheck, it passes find_quote and goes to stage D
+    assert [lab.label for lab in labels] == ["MB", "MB"]
     # constrain_quotes=False sends the plain StepCheck
     judge = SchemaRecordingJudge({"[a]": reply()})
     StepGapVerifier(judge, ScriptedNLI(), progress=False, constrain_quotes=False).verify(trace(inference("a")))
