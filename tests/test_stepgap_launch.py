@@ -30,7 +30,14 @@ SCRIPT = ROOT / "launch" / "grpo_stepgap.sh"
 
 # The judge's A-C reply for every step: on target, no abstention, evidence about the right entity, no quote.
 REPLY = json.dumps(
-    {"off_target": False, "abstains": False, "abstention_accurate": False, "entity_match": True, "quote": ""}
+    {
+        "off_target": False,
+        "abstains": False,
+        "abstention_accurate": False,
+        "entity_match": True,
+        "quote": "",
+        "entity": "",
+    }
 )
 
 

@@ -197,6 +197,7 @@ class OracleJudge(Judge):
                 "abstention_accurate": False,
                 "entity_match": gold != "IE",
                 "quote": quote,
+                "entity": "",
             }
             value, reason = parse_judgement(json.dumps(body), schemas[j])
             finish(j, JudgeResult(value=value, unscored=reason, raw=json.dumps(body), attempts=1))

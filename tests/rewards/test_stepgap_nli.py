@@ -172,7 +172,14 @@ class CheckJudge(Judge):
     def __init__(self, quote):
         super().__init__(name="check")
         self.reply = json.dumps(
-            {"off_target": False, "abstains": False, "abstention_accurate": False, "entity_match": True, "quote": quote}
+            {
+                "off_target": False,
+                "abstains": False,
+                "abstention_accurate": False,
+                "entity_match": True,
+                "quote": quote,
+                "entity": "",
+            }
         )
 
     def _request_payload(self, messages, schema):

@@ -66,7 +66,14 @@ class ScriptedNLI:
 
 def reply(**fields) -> str:
     """A recorded judge reply: prose around the JSON, as small models write it."""
-    base = {"off_target": False, "abstains": False, "abstention_accurate": False, "entity_match": True, "quote": ""}
+    base = {
+        "off_target": False,
+        "abstains": False,
+        "abstention_accurate": False,
+        "entity_match": True,
+        "quote": "",
+        "entity": "",
+    }
     return "Here is my check:\n```json\n" + json.dumps(base | fields) + "\n```"
 
 
@@ -282,12 +289,23 @@ def test_step_claim_and_find_quote():
     assert find_quote("capital and most populous city", [LYON]) is None
 
 
-VALID = {"off_target": False, "abstains": True, "abstention_accurate": False, "entity_match": True, "quote": ""}
+VALID = {
+    "off_target": False,
+    "abstains": True,
+    "abstention_accurate": False,
+    "entity_match": True,
+    "quote": "",
+    "entity": "",
+}
 
 
 def test_step_check_minimal_reply_and_field_order():
     check, reason = parse_judgement(json.dumps(VALID), StepCheck)
     assert reason is None and (check.entity, check.value, check.bridge, check.reason) == ("", "", "", "")
+    # entity is required (stage E narrows an inference step's premise by it)
+    assert parse_judgement(json.dumps({k: v for k, v in VALID.items() if k != "entity"}), StepCheck)[1] == (
+        "schema_mismatch"
+    )
     # the schema's field order is the prompt's reply shape (small judges copy it key by key)
     assert list(StepCheck.model_fields) == list(json.loads(CHECK_REPLY_SHAPE))
     assert list(StepCheck.model_json_schema()["properties"]) == list(json.loads(CHECK_REPLY_SHAPE))
