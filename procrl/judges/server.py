@@ -267,7 +267,7 @@ class JudgeServer:
             why = str(exc) if isinstance(exc, _NotReady) else f"startup interrupted ({type(exc).__name__})"
             tail = self.log_tail()
             self.stop()
-            name = "vllm serve" if self.engine == "vllm" else "transformers serve"
+            name = "vLLM's api_server" if self.engine == "vllm" else "transformers serve"
             raise RuntimeError(
                 f"{name} did not start: {why} (command: {' '.join(command)}). Last server log lines:\n{tail}"
             ) from None

@@ -341,6 +341,18 @@ def test_vllm_top_logprobs_are_after_the_grammar_mask(vllm_judge):
 
 
 @pytest.mark.slow
+def test_vllm_start_failure_raises_with_log_tail(tmp_path):
+    _require_vllm()
+    missing = tmp_path / "no-such-model"
+    server = JudgeServer(str(missing), startup_timeout_s=300, log_path=str(tmp_path / "server.log"))
+    with pytest.raises(RuntimeError, match="api_server did not start: the server exited with code 1") as info:
+        server.start()
+    last_line = (tmp_path / "server.log").read_text().strip().splitlines()[-1]
+    assert "no-such-model" in last_line and last_line in str(info.value)  # vLLM's own error, in the message
+    assert server._process is None
+
+
+@pytest.mark.slow
 def test_vllm_server_on_a_model_without_chat_template(gemma_path, tmp_path):
     _require_vllm()
     from transformers import AutoTokenizer
