@@ -19,6 +19,7 @@ from procrl.data_builders.search_qa import load_qa_questions
 from procrl.generation import GenerationOutput
 from procrl.judges import Judge, JudgeResult, parse_judgement
 from procrl.rewards.qa import em_reward
+from procrl.rewards.stepgap.nli_rule import NLIThresholds
 from procrl.rewards.stepgap.reward import StepGapReward, StepGapStepRewards
 from procrl.scripts.train_grpo import make_rewards, parse_args, run
 from procrl.trainers.tasks.search import open_search_task
@@ -117,7 +118,8 @@ def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
     summary = run(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
     assert fakes["closed"] == 1 and fakes["opened"][0][0] == "local"  # the judge was opened once and closed
     kwargs = fakes["opened"][0][1]
-    assert kwargs["num_threads"] == 1 and kwargs["continuous_batching"] and kwargs["max_tokens"] == 160
+    assert kwargs["num_threads"] == 1 and kwargs["max_tokens"] == 160
+    assert "continuous_batching" not in kwargs  # a transformers serve setting; "local" is vLLM, which always batches
     assert kwargs["cache_dir"] == str(tmp_path / "out" / "judge_cache")
     assert fakes["judge"].requests == 4  # A-C for 2 completions x 2 steps (search, answer)
     assert summary["task"] == "search" and summary["before"] == [] and summary["after"] == []
@@ -168,6 +170,34 @@ def test_configs_and_controls(config, base_cc, shaping, fakes, tmp_path):
         assert stepgap.config.base_cc == base_cc and stepgap.config.shaping is shaping and stepgap.config.lam == 1.0
         assert task.outcome_func is em_reward and task.rollout_func.env.topk == 3
         assert len(task.train_dataset) == 200 and job.training.reward_weights == [0.0, 1.0]
+
+
+def test_quote_and_nli_settings_reach_the_verifier(fakes, tmp_path):
+    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path)])
+    with ctx as task:  # defaults: candidate-span quotes, NLI argmax
+        assert task.verifier.constrain_quotes is True
+        assert task.verifier.nli_thresholds == NLIThresholds(entail_min=None, contradict_min=None)
+    spec, kwargs = fakes["opened"][-1]
+    assert spec == "local" and kwargs["num_threads"] == 1 and "continuous_batching" not in kwargs
+    argv = ["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--stepgap_nli_entail_min", "0.8",
+            "--stepgap_nli_contradict_min", "0.5", "--stepgap_constrain_quotes", "false",
+            "--judge", "serve:transformers", "--judge_continuous_batching", "false"]  # fmt: skip
+    ctx, _ = _task(argv)
+    with ctx as task:
+        assert task.verifier.constrain_quotes is False
+        assert task.verifier.nli_thresholds == NLIThresholds(entail_min=0.8, contradict_min=0.5)
+    spec, kwargs = fakes["opened"][-1]
+    assert spec == "serve:transformers" and kwargs["continuous_batching"] is False and kwargs["num_threads"] == 1
+    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--stepgap_nli_entail_min", "1.0"])
+    with ctx as task:  # 1 is a valid threshold; contradiction stays on the argmax
+        assert task.verifier.nli_thresholds == NLIThresholds(entail_min=1.0, contradict_min=None)
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--stepgap_nli_entail_min", "0"), ("--stepgap_nli_entail_min", "1.5"),
+                                             ("--stepgap_nli_contradict_min", "-0.2")])  # fmt: skip
+def test_nli_thresholds_outside_0_1_are_refused_at_parse_time(flag, value, tmp_path):
+    with pytest.raises(ValueError, match="stepgap_nli_entail_min / stepgap_nli_contradict_min.*in \\(0, 1\\]"):
+        parse_args(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), flag, value])
 
 
 def test_process_mode_uses_step_rewards(fakes, tmp_path):

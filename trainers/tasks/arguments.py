@@ -3,14 +3,17 @@
 `MathTaskArguments` (task: math) and `SearchTaskArguments` (task: search) are parsed for every run, side by side
 with the common `GRPOScriptArguments` of `procrl.scripts.train_grpo`, `FRSArguments`, `ProcessGRPOConfig` and
 `ModelConfig`; the fields of the task a run does not use are ignored. Each validates only its own fields; checks
-that need the task or the reward names live in `GRPOScriptArguments`. This module imports nothing heavy, so the
-parser builds without loading either task.
+that need the task or the reward names live in `GRPOScriptArguments`. This module imports nothing heavy (the NLI
+decision rule, `procrl.rewards.stepgap.nli_rule`, is plain Python), so the parser builds without loading either
+task.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+
+from procrl.rewards.stepgap.nli_rule import NLIThresholds
 
 __all__ = ["SEARCH_TEMPLATES", "MathTaskArguments", "SearchTaskArguments", "parse_eval_set"]
 
@@ -96,8 +99,11 @@ class SearchTaskArguments:
     judge: str = field(
         default="local",
         metadata={
-            "help": "task=search: the StepGap judge: 'local' (starts `transformers serve` on the default model, "
-            "stopped at the end), 'local:<model dir>', or an OpenAI-compatible URL 'http://host:port/v1[#model]'."
+            "help": "task=search: the StepGap judge: 'local' / 'local:<model dir>' (starts vLLM's OpenAI server on "
+            "the default model / that one, stopped at the end: each step's schema enforced, closed choices read as "
+            "probabilities; where vLLM cannot be imported, a schema-constrained transformers judge in this process), "
+            "'serve:transformers[:<model dir>]' (`transformers serve`, which ignores the schema), "
+            "'transformers:<model dir>' (in process), or an OpenAI-compatible URL 'http://host:port/v1[#model]'."
         },
     )
     judge_model: str | None = field(default=None, metadata={"help": "task=search: model id for a judge URL."})
@@ -107,13 +113,18 @@ class SearchTaskArguments:
     judge_timeout_s: float = field(default=600.0, metadata={"help": "task=search: per-request judge timeout (s)."})
     judge_concurrency: int = field(default=4, metadata={"help": "task=search: concurrent judge requests."})
     judge_num_threads: int = field(
-        default=1, metadata={"help": "task=search, local judge: CPU threads of the server (1 avoids thrashing)."}
+        default=1,
+        metadata={
+            "help": "task=search, local / serve:transformers judge: CPU threads of the server (vLLM: OMP threads, "
+            "unpinned; 1 avoids thrashing)."
+        },
     )
     judge_continuous_batching: bool = field(
         default=True,
         metadata={
-            "help": "task=search, local judge: `--continuous-batching` with JudgeServer's bounded KV cache (256 x 32 "
-            "tokens); false = one request at a time."
+            "help": "task=search, serve:transformers judge only: `transformers serve --continuous-batching` with "
+            "JudgeServer's bounded KV cache (256 x 32 tokens); false = one request at a time. Ignored by 'local' "
+            "(vLLM always batches) and by the other judges."
         },
     )
     judge_cache_dir: str | None = field(
@@ -136,6 +147,28 @@ class SearchTaskArguments:
     stepgap_zero_cc: bool = field(
         default=False, metadata={"help": "task=search: base(CC) = 0 instead of +0.05 (the zero-CC control)."}
     )
+    stepgap_constrain_quotes: bool = field(
+        default=True,
+        metadata={
+            "help": "task=search: stage C's quote is a choice among the step's 5-20-word evidence spans (each step's "
+            "schema; verbatim by construction on a judge that enforces it); false = a free quote, kept only if it "
+            "occurs in the evidence."
+        },
+    )
+    stepgap_nli_entail_min: float | None = field(
+        default=None,
+        metadata={
+            "help": "task=search: stages D/E count a step as entailed only if P(entailment) >= this probability, "
+            "in (0, 1]; null = the NLI argmax."
+        },
+    )
+    stepgap_nli_contradict_min: float | None = field(
+        default=None,
+        metadata={
+            "help": "task=search: stages D/E count a step as contradicted only if P(contradiction) >= this "
+            "probability, in (0, 1] (else neutral); null = the NLI argmax."
+        },
+    )
     stepgap_format_penalty: float = field(
         default=-0.10,
         metadata={
@@ -157,3 +190,13 @@ class SearchTaskArguments:
             raise ValueError(f"stepgap_lambda must be a finite number, got {self.stepgap_lambda}")
         if not (math.isfinite(self.stepgap_format_penalty) and self.stepgap_format_penalty <= 0):
             raise ValueError(f"stepgap_format_penalty must be finite and <= 0, got {self.stepgap_format_penalty}")
+        try:
+            NLIThresholds(self.stepgap_nli_entail_min, self.stepgap_nli_contradict_min)  # probabilities in (0, 1]
+        except ValueError as exc:
+            raise ValueError(f"stepgap_nli_entail_min / stepgap_nli_contradict_min: {exc}") from None
+
+    @property
+    def stepgap_nli_thresholds(self) -> NLIThresholds:
+        """The stage D/E decision rule of `stepgap_nli_entail_min` / `stepgap_nli_contradict_min` (both None: the
+        argmax)."""
+        return NLIThresholds(self.stepgap_nli_entail_min, self.stepgap_nli_contradict_min)

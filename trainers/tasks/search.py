@@ -15,10 +15,13 @@ needs and closes what it started (the local judge server) on exit, also when tra
 - rollouts: `ProcessRollout(env=SearchEnvironment(retriever, topk, max_turns))` (multi-turn episodes, the
   information tokens masked out of the loss by TRL through `env_mask`);
 - judge: `procrl.judges.open_judge(judge, ...)` with the keywords of `procrl.judges.judge_options` ("local" starts
-  `transformers serve` on the default model, one CPU thread, bounded KV cache with continuous batching; a URL uses
-  that server); NLI: `make_nli(nli, judge)` ("judge" = the judge with an NLI prompt, else a cross-encoder), memoised
-  by `CachedNLI`; the verifier
-  `StepGapVerifier(judge, nli)` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
+  vLLM's OpenAI server on the default model, one CPU thread, with each request's schema enforced and top log-probs
+  read as probabilities, or, where vLLM cannot be imported, a constrained `TransformersJudge` in this process;
+  "serve:transformers" is `transformers serve`, with continuous batching unless `judge_continuous_batching: false`;
+  a URL uses that server); NLI: `make_nli(nli, judge)` ("judge" = the judge with an NLI prompt, else a
+  cross-encoder), memoised by `CachedNLI`; the verifier `StepGapVerifier(judge, nli,
+  constrain_quotes=stepgap_constrain_quotes, nli_thresholds=NLIThresholds(stepgap_nli_entail_min,
+  stepgap_nli_contradict_min))` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
   base_cc=0 for zero-CC)`.
 
 The rewards are the entry point's (`procrl.scripts.train_grpo.REWARDS`): `em` = `procrl.rewards.qa.em_reward` (also
@@ -130,14 +133,21 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
         num_threads=search_args.judge_num_threads,
     )
     cache_dir = search_args.judge_cache_dir or str(Path(output_dir) / "judge_cache")
-    logger.info("task=search: %d questions, retriever %s, judge %s, nli %s", len(dataset), search_args.retriever,
-                spec, search_args.nli)  # fmt: skip
+    logger.info("task=search: %d questions, retriever %s, judge %s, nli %s (%s), quotes %s", len(dataset),
+                search_args.retriever, spec, search_args.nli, search_args.stepgap_nli_thresholds,
+                "constrained" if search_args.stepgap_constrain_quotes else "free")  # fmt: skip
     with open_judge(spec, cache_dir=cache_dir, max_concurrency=search_args.judge_concurrency, **judge_kwargs) as judge:
         nli = CachedNLI(make_nli(search_args.nli, judge))
         yield SearchTask(
             train_dataset=dataset,
             rollout_func=ProcessRollout(env=env),
-            verifier=StepGapVerifier(judge, nli, progress=True),
+            verifier=StepGapVerifier(
+                judge,
+                nli,
+                constrain_quotes=search_args.stepgap_constrain_quotes,
+                nli_thresholds=search_args.stepgap_nli_thresholds,
+                progress=True,
+            ),
             reward_config=StepGapRewardConfig(
                 lam=search_args.stepgap_lambda,
                 shaping=search_args.stepgap_shaping,
