@@ -36,9 +36,11 @@ class FRSArguments:
     frs_judge: str = field(
         default="local",
         metadata={
-            "help": "FRS judge: 'local' (transformers serve on the default model, started on rank 0), "
-            "'local:<model>', 'http(s)://host:port/v1[#model]', 'transformers:<model>', or 'none' (no judge: "
-            "accuracies and confidence only)."
+            "help": "FRS judge: 'local' / 'local:<model>' (vLLM's OpenAI server on the default model / that one, "
+            "started on rank 0: schema enforced, scores also read as probabilities; where vLLM cannot be imported, a "
+            "constrained transformers judge in process), 'serve:transformers[:<model>]' (`transformers serve`, "
+            "which ignores the schema), 'http(s)://host:port/v1[#model]', 'transformers:<model>', or 'none' (no "
+            "judge: accuracies and confidence only)."
         },
     )
     frs_eval_set: str = field(
@@ -57,6 +59,13 @@ class FRSArguments:
         default=600,
         metadata={"help": "Seconds one judge request may take, queueing in the server included (server judges)."},
     )
+    frs_judge_sees_correctness: bool = field(
+        default=True,
+        metadata={
+            "help": 'Show the FRS judge the final-answer check {"final_correct": ...}; false drops that line from '
+            "the prompt (FRSConfig.judge_sees_correctness)."
+        },
+    )
 
     def __post_init__(self):
         if self.frs_every_n_steps < 0:
@@ -71,7 +80,8 @@ def add_frs_callback(frs_args: FRSArguments, trainer, prompt_template=None) -> f
     """Build the `FRSCallback` that `frs_args` describes and attach it to `trainer` (None when FRS is off).
 
     The judge cache goes to `<output_dir>/judge_cache`; the problems are loaded with `load_math_dataset` and the
-    training prompt template.
+    training prompt template; the FRS settings are `FRSConfig(k_percent=frs_k_percent,
+    judge_sees_correctness=frs_judge_sees_correctness)`.
     """
     if frs_args.frs_every_n_steps <= 0:
         return None
@@ -84,6 +94,9 @@ def add_frs_callback(frs_args: FRSArguments, trainer, prompt_template=None) -> f
         n_traces=frs_args.frs_traces,
         n_problems=len(dataset),
         k_percent=frs_args.frs_k_percent,
+        frs_config=FRSConfig(
+            k_percent=frs_args.frs_k_percent, judge_sees_correctness=frs_args.frs_judge_sees_correctness
+        ),
         judge=judge,
         trainer=trainer,
         max_new_tokens=frs_args.frs_max_new_tokens,

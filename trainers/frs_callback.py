@@ -7,15 +7,18 @@
 Every `every_n_steps` optimizer steps (and after the last step), `FRSCallback` samples `n_traces` completions for
 each of the first `n_problems` problems of `eval_dataset` with the live policy, through the trainer's own generation
 path (`procrl.trainers.frs_traces.generate_traces`: `procrl.generation.render_prompts` + `generate_completions`
-with `trainer.generation_config`, i.e. the GRPO sampling settings). Confidences come from that generation's own raw logits (`completion_logps`, T = 1): no
-second forward pass. It then computes FRS (`procrl.rewards.frs.compute_frs`) with the judge and logs
+with `trainer.generation_config`, i.e. the GRPO sampling settings). Confidences come from that generation's own raw
+logits (`completion_logps`, T = 1): no second forward pass. It then computes FRS (`procrl.rewards.frs.compute_frs`,
+with `FRSConfig.judge_sees_correctness` deciding whether the judge sees the answer check) with the judge and logs
 
-    frs/score, frs/at_k/<K>, frs/accuracy, frs/accuracy_kept, frs/selection_gain, frs/unscored, frs/judged,
-    frs/mean_confidence
+    frs/score, frs/at_k/<K>, frs/accuracy, frs/accuracy_kept, frs/selection_gain, frs/rs_auc, frs/unscored,
+    frs/judged, frs/mean_confidence, and, when the judge returns log-probs for every scored trace, their RS_expected
+    twins frs/score_expected, frs/at_k_expected/<K>, frs/selection_gain_expected, frs/rs_expected_auc
+    (`FRSReport.metrics`; a metric without a value is left out)
 
-plus a wandb table `frs/traces` of the judged traces (problem, trace, confidence, the four scores, RS, correct) when
-wandb is active (also offline), and writes `frs_step<N>.json` (report + every trace) into `args.output_dir` whatever
-`report_to` is.
+plus a wandb table `frs/traces` of the judged traces (problem, trace, confidence, the four scores, RS, RS_expected,
+correct) when wandb is active (also offline), and writes `frs_step<N>.json` (report + every trace) into
+`args.output_dir` whatever `report_to` is.
 
 How it logs (transformers 5.24 / TRL 1.16). Callback events do not receive the trainer, so the callback keeps a
 reference to it, as TRL's own `LogCompletionsCallback` does (trl/trainer/callbacks.py:268-300). The metrics go
@@ -303,8 +306,9 @@ class FRSCallback(TrainerCallback):
 
         if wandb.run is None:
             return
+        # rs_expected: RS from the G-Eval expected scores (None without the judge's probabilities)
         columns = ["problem_id", "problem", "trace", "confidence", "faithfulness", "utility", "coherence",
-                   "factuality", "rs", "correct"]  # fmt: skip
+                   "factuality", "rs", "rs_expected", "correct"]  # fmt: skip
         table = wandb.Table(columns=columns)
         for t in traces:
             if t.scores is None and t.unscored is None:  # not judged
@@ -317,6 +321,7 @@ class FRSCallback(TrainerCallback):
                 t.confidence,
                 *(scores.get(name) for name in ("faithfulness", "utility", "coherence", "factuality")),
                 t.rs,
+                t.rs_expected,
                 t.correct,
             )
         wandb.log({"frs/traces": table, "train/global_step": step})

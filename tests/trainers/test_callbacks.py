@@ -16,7 +16,7 @@ from transformers import GenerationConfig
 from procrl.generation import render_prompts
 from procrl.judges import Judge, JudgeResult
 from procrl.logprobs import sequence_logps
-from procrl.rewards.frs import ReasoningJudgement, Trace, tail_confidence_from_logps
+from procrl.rewards.frs import FRSConfig, ReasoningJudgement, Trace, tail_confidence_from_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers import callbacks, frs_traces
 from procrl.trainers.callbacks import FRSArguments, add_frs_callback
@@ -145,6 +145,29 @@ def test_evaluation_leaves_the_training_rng_and_mode_alone(tmp_path, tiny_llama,
     assert texts[0] == texts[1] and len(texts[0]) == 4
 
 
+class RecordingJudge(ConstantJudge):
+    """ConstantJudge that keeps the user message of every request."""
+
+    def __init__(self):
+        super().__init__("ok")
+        self.prompts = []
+
+    async def _judge_uncached(self, requests, schemas, finish):
+        self.prompts += [next(m["content"] for m in messages if m["role"] == "user") for messages in requests]
+        await super()._judge_uncached(requests, schemas, finish)
+
+
+@pytest.mark.parametrize("sees", [True, False])
+def test_the_judge_sees_the_answer_check_only_when_configured(tmp_path, tiny_llama, tokenizer, sees):
+    trainer = _trainer(tmp_path, tiny_llama, tokenizer)
+    judge = RecordingJudge()
+    config = FRSConfig(judge_sees_correctness=sees)
+    callback = FRSCallback(_dataset(), every_n_steps=1, n_traces=2, n_problems=2, judge=judge, frs_config=config)
+    report = callback.attach(trainer).evaluate(1)
+    assert report is not None and report.judge_sees_correctness is sees and report.score == 68.75
+    assert judge.prompts and all(("final_correct" in prompt) is sees for prompt in judge.prompts)
+
+
 @pytest.mark.slow  # trains
 @pytest.mark.parametrize("mode", ["raise", "unscored"])
 def test_judge_failures_never_stop_training(tmp_path, tiny_llama, tokenizer, mode):
@@ -209,15 +232,24 @@ def test_wandb_table_holds_judged_traces(tmp_path, monkeypatch):
         faithfulness=5, utility=5, coherence=5, factuality=4))  # fmt: skip
     failed = Trace("toy/0", "What is 2 + 3?", "no idea", "5", False, 0.4, 3, unscored="timeout")
     not_judged = Trace("toy/1", "What is 4 + 4?", "8", "8", True, 0.1, 2)
-    callback._log_wandb_table(7, [judged, failed, not_judged])
+    with_probs = Trace("toy/1", "What is 4 + 4?", "4 + 4 = 8", "8", True, 0.3, 6, scores=dict(
+        faithfulness=4, utility=4, coherence=3, factuality=5), expected_scores=dict(
+        faithfulness=4.5, utility=3.75, coherence=3.25, factuality=4.5))  # fmt: skip
+    callback._log_wandb_table(7, [judged, failed, not_judged, with_probs])
     (payload,) = logged
     assert payload["train/global_step"] == 7
     table = payload["frs/traces"]
-    assert table.columns[:4] == ["problem_id", "problem", "trace", "confidence"]
-    assert table.data == [
-        ("toy/0", "What is 2 + 3?", "2 + 3 = 5", 0.5, 5, 5, 5, 4, 93.75, True),  # RS (19 - 4) / 16 * 100
-        ("toy/0", "What is 2 + 3?", "no idea", 0.4, None, None, None, None, None, False),
+    assert table.columns == ["problem_id", "problem", "trace", "confidence", "faithfulness", "utility", "coherence",
+                             "factuality", "rs", "rs_expected", "correct"]  # fmt: skip
+    assert table.data[:2] == [
+        ("toy/0", "What is 2 + 3?", "2 + 3 = 5", 0.5, 5, 5, 5, 4, 93.75, None, True),  # RS (19 - 4) / 16 * 100
+        ("toy/0", "What is 2 + 3?", "no idea", 0.4, None, None, None, None, None, None, False),
     ]
+    # RS (16 - 4) / 16 * 100 = 75; RS_expected (16.0 - 4) / 16 * 100 = 75 too (4.5 + 3.75 + 3.25 + 4.5 = 16.0)
+    (*head, rs, rs_expected, correct) = table.data[2]
+    assert head == ["toy/1", "What is 4 + 4?", "4 + 4 = 8", 0.3, 4, 4, 3, 5] and correct is True
+    assert rs == pytest.approx(75.0) and rs_expected == pytest.approx(75.0)
+    assert len(table.data) == 3  # the trace that was never judged is left out
     assert ReasoningJudgement(**judged.scores).factuality == 4
 
 
@@ -246,6 +278,11 @@ def test_frs_arguments_build_and_attach_the_callback(tmp_path):
     callback = add_frs_callback(FRSArguments(frs_every_n_steps=1, frs_max_new_tokens=64), trainer)
     assert callback.judge_spec == "local" and len(callback.rows) == 10 and callback.overrides == {"max_new_tokens": 64}
     assert callback.judge_kwargs == {"cache_dir": str(tmp_path / "judge_cache"), "max_tokens": 96, "timeout_s": 600}
+    assert callback.config.judge_sees_correctness is True and callback.config.k_percent == 10
+    args = FRSArguments(frs_every_n_steps=1, frs_judge_sees_correctness=False, frs_k_percent=20)
+    callback = add_frs_callback(args, trainer)
+    assert callback.config.judge_sees_correctness is False and callback.config.k_percent == 20
+    assert callback.config.k_values == (10, 20, 30, 40, 50)
     with pytest.raises(ValueError, match="frs_eval_set"):
         FRSArguments(frs_eval_set="gsm8k:a:b")
     with pytest.raises(ValueError, match="frs_every_n_steps"):
