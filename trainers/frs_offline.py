@@ -13,8 +13,10 @@ needs (`procrl.rewards.frs.plan_judging`) and writes into `args.output_dir`:
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
   incorrect traces (`plot_frs`).
 
-`judge: local` starts the embedded judge server (`transformers serve` on the default model, 127.0.0.1) for the run
-and stops it afterwards; `judge: none` skips judging (accuracies and confidences only).
+`judge: local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
+default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
+where vLLM cannot be imported, a schema-constrained `TransformersJudge` in this process; `judge: serve:transformers`
+is `transformers serve` (which ignores the schema); `judge: none` skips judging (accuracies and confidences only).
 """
 
 from __future__ import annotations

@@ -16,9 +16,12 @@ takes each trace's tail confidence from the generation's own raw logits, judges 
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
   incorrect traces.
 
-`--judge local` starts the embedded judge server (`transformers serve` on the default model, 127.0.0.1) for the run
-and stops it afterwards; `--judge none` skips judging (accuracies and confidences only). Flags are dashed or
-underscored alike (`--k-values` = `--k_values`). The library: `procrl.trainers.frs_offline` (`run_frs`).
+`--judge local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
+default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
+where vLLM cannot be imported, a schema-constrained transformers judge in this process; `--judge serve:transformers`
+is `transformers serve` (which ignores the schema); `--judge none` skips judging (accuracies and confidences only).
+Flags are dashed or underscored alike (`--k-values` = `--k_values`). The library: `procrl.trainers.frs_offline`
+(`run_frs`).
 
 What the report holds besides FRS@K (`procrl.rewards.frs.FRSReport`):
 

@@ -68,7 +68,11 @@ class StepGapEvalArguments:
         default=None, metadata={"help": "judge cache directory (default: <output-dir>/judge_cache)"}
     )
     no_continuous_batching: bool = field(
-        default=False, metadata={"help": "serve:transformers judge: start transformers serve without batching"}
+        default=False,
+        metadata={
+            "help": "serve:transformers judge only: start transformers serve without --continuous-batching (one "
+            "request at a time); ignored by local (vLLM always batches) and the other judges"
+        },
     )
     num_threads: int = field(default=1, metadata={"help": "local / serve:transformers judge: server CPU threads"})
     no_ablation: bool = field(default=False, metadata={"help": "skip the stage ablation"})

@@ -123,7 +123,8 @@ class StepGapVerifier:
     """Typed step labels (NONE/CC/IE/MB/ERROR) for search traces; see the module docstring for the tree.
 
     Args:
-        judge: a `procrl.judges.Judge` (OpenAI-compatible server, `transformers serve`, in-process model).
+        judge: a `procrl.judges.Judge` (an OpenAI-compatible server such as the local vLLM judge, which enforces
+            each step's schema; `transformers serve`, which ignores it; an in-process model, constrained or not).
         nli: an NLI backend with `predict_proba(pairs)` (`CrossEncoderNLI`, `JudgeNLI`, `CachedNLI`), or any object
             with `predict(pairs) -> list[str | None]` (read as one-hot probabilities).
         stages: the stages to run (ablations drop some); default all of "ABCDE".
