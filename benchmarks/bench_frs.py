@@ -1,6 +1,9 @@
 """FRS costs: (1) tail confidence from the generation's own logits vs a second forward pass; (2) judge throughput.
 
     python benchmarks/bench_frs.py [--problems 8] [--traces 4] [--max-new-tokens 128] [--judge-requests 16] [--skip-judge]
+                                   [--engine vllm|transformers] [--no-continuous-batching] [--judge-threads 1]
+    python benchmarks/bench_frs.py --problems 1 --traces 2 --max-new-tokens 32 --repeats 1 --no-fp64-reference \\
+        --judge-requests 4          # a smoke run of both parts
 
 (1) Confidence. The default model samples `problems x traces` GSM8K traces once with
 `procrl.generation.generate_completions` (T = 0.7), whose `generate` output (with `output_logits=True`) is
@@ -13,12 +16,15 @@ median time of each arm, their ratio B / A (target >= 1.5), the max difference o
 are from a float64 forward pass. Also, for context, the end-to-end
 cost of keeping the logits: `generate_completions` with and without log-probs, same seed, one run each.
 
-(2) Judge throughput against the local judge server (`transformers serve` on the default model, 127.0.0.1):
-`--judge-requests` real FRS judge requests built from the traces of (1), sent with `max_concurrency` 1 and 8,
-no cache; requests per second of each and their ratio. `benchmarks/bench_judges.py` measures the same with short
-generic requests (its `run_arm` is bound to its own one-field schema); here the requests are FRS's own (rubric,
-problem, trace: ~600 prompt tokens) validated against `ReasoningJudgement`. A benchmark, not a test: nothing is
-asserted.
+(2) Judge throughput against a local judge server on the default model (127.0.0.1): `JudgeServer(engine=--engine)`,
+by default vLLM's OpenAI server (`--engine vllm`: the json_schema of `ReasoningJudgement` enforced, top log-probs
+read into probabilities, always batching), or `transformers serve` (`--engine transformers`: it ignores the schema;
+`--continuous-batching` with JudgeServer's bounded KV cache unless `--no-continuous-batching`, which makes it
+generate one request at a time); `--judge-threads` CPU threads (default 1: the CPU here is shared).
+`--judge-requests` real FRS judge requests built from the traces of (1), sent with `max_concurrency` 1 and 8, no
+cache; requests per second of each, their ratio, valid replies, replies with probabilities and unscored reasons.
+`benchmarks/bench_judges.py` compares the engines side by side on FRS requests built from gold solutions; here the
+traces are sampled by the model. A benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -168,11 +174,20 @@ def bench_judge(args, traces) -> dict:
     requests = [judge_messages(t.problem, t.completion, t.gold, t.correct) for t in (traces * 4)[: args.judge_requests]]
     from procrl.judges import JudgeServer, OpenAICompatibleJudge
 
-    result = {"requests": len(requests), "judge_max_tokens": args.judge_max_tokens}
-    server = JudgeServer("default", continuous_batching=args.continuous_batching, num_threads=args.judge_threads)
+    batching = args.engine == "vllm" or not args.no_continuous_batching  # vLLM always batches
+    result = {"engine": args.engine, "batching": batching, "requests": len(requests),
+              "judge_max_tokens": args.judge_max_tokens}  # fmt: skip
+    server = JudgeServer(
+        "default",
+        engine=args.engine,
+        continuous_batching=args.engine == "transformers" and batching,  # a transformers serve option only
+        num_threads=args.judge_threads,
+    )
     with server:
         result["server_startup_s"] = server.startup_s
-        warm = OpenAICompatibleJudge(server.base_url, server.model_id, max_concurrency=1, max_tokens=8)
+        warm = OpenAICompatibleJudge(
+            server.base_url, server.model_id, max_concurrency=1, max_tokens=args.judge_max_tokens, timeout_s=300
+        )  # a whole reply: a schema-constrained JSON cut at a few tokens would be logged as invalid_json
         warm.judge(requests[:1], ReasoningJudgement, progress=False)  # first request pays lazy initialisation
         for concurrency in (1, 8):
             judge = OpenAICompatibleJudge(
@@ -186,6 +201,8 @@ def bench_judge(args, traces) -> dict:
                 "seconds": seconds,
                 "requests_per_s": len(requests) / seconds,
                 "scored": sum(r.ok for r in results),
+                "with_probs": sum(r.probs is not None for r in results),
+                "schema_ignored": judge.stats.schema_ignored,
                 "unscored": dict(judge.stats.unscored),
             }
     result["speedup_8_over_1"] = result["concurrency_8"]["requests_per_s"] / result["concurrency_1"]["requests_per_s"]
@@ -202,8 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--judge-requests", type=int, default=16)
     parser.add_argument("--judge-max-tokens", type=int, default=96)
-    parser.add_argument("--continuous-batching", action="store_true", help="start the server with batching on")
-    parser.add_argument("--judge-threads", type=int, default=None, help="OMP_NUM_THREADS of the judge server")
+    parser.add_argument(
+        "--engine", default="vllm", choices=("vllm", "transformers"),
+        help="judge server: vLLM's OpenAI server (schema enforced, log-probs) or transformers serve",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-continuous-batching", action="store_true",
+        help="transformers engine: start transformers serve without --continuous-batching (vLLM always batches)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--judge-threads", type=int, default=1,
+        help="CPU threads of the judge server (JudgeServer num_threads; 0 = the engine's default)",
+    )  # fmt: skip
     parser.add_argument("--skip-judge", action="store_true")
     parser.add_argument(
         "--traces-from", default=None,
@@ -212,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-fp64-reference", dest="fp64_reference", action="store_false",
                         help="skip the float64 forward pass that tells which arm is closer to exact")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.judge_threads < 0:
+        parser.error(f"--judge-threads must be >= 0, got {args.judge_threads}")
+    args.judge_threads = args.judge_threads or None
 
     import json
 
@@ -219,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         from procrl.rewards.frs import Trace
 
         saved = json.loads(open(args.traces_from).read())["traces"]
-        traces = [Trace(**{k: v for k, v in t.items() if k != "rs"}) for t in saved]
+        traces = [Trace.from_dict(t) for t in saved]  # drops the derived rs / rs_expected
     else:
         confidence, traces = bench_confidence(args)
         print("confidence:", json.dumps(confidence, indent=2, default=str))
