@@ -118,7 +118,7 @@ def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
     summary = run(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
     assert fakes["closed"] == 1 and fakes["opened"][0][0] == "local"  # the judge was opened once and closed
     kwargs = fakes["opened"][0][1]
-    assert kwargs["num_threads"] == 1 and kwargs["max_tokens"] == 160
+    assert kwargs["num_threads"] == 1 and kwargs["max_tokens"] == 512
     assert "continuous_batching" not in kwargs  # a transformers serve setting; "local" is vLLM, which always batches
     assert kwargs["cache_dir"] == str(tmp_path / "out" / "judge_cache")
     assert fakes["judge"].requests == 4  # A-C for 2 completions x 2 steps (search, answer)

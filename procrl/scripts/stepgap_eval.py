@@ -61,7 +61,10 @@ class StepGapEvalArguments:
     nli_batch_size: int = field(default=16, metadata={"help": "cross-encoder batch size"})
     output_dir: str = field(default="runs/stepgap_eval", metadata={"help": "where metrics.json and labels.jsonl go"})
     limit: int | None = field(default=None, metadata={"help": "evaluate the first N traces only"})
-    max_tokens: int = field(default=256, metadata={"help": "judge reply token limit"})
+    max_tokens: int = field(
+        default=512,
+        metadata={"help": "judge reply token limit (the longest A-C reply the schema allows is ~520 characters)"},
+    )
     concurrency: int = field(default=8, metadata={"help": "concurrent judge requests"})
     timeout_s: float = field(default=600.0, metadata={"help": "per-request judge timeout (s)"})
     cache_dir: str | None = field(

@@ -27,8 +27,12 @@ __all__ = [
 
 # Bounds of the free-text fields, in characters: an unbounded one made constrained small judges loop until the token
 # limit (issue 15: xgrammar 0/8 valid A-C replies at 160 tokens, 8/8 with maxLength 120 on the free-text field).
-FIELD_MAX_CHARS = 80
-REASON_MAX_CHARS = 120
+# A looping field runs to its bound, at up to one token per character (digits are single tokens: "2022 2022 ..."):
+# with 80/120 one of 96 shipped steps looped through entity, value and bridge and was cut at 256 tokens. The longest
+# reply is ~130 characters of keys and booleans + a quote (<= 20 words, ~150 characters) + 3 x 48 + 96 = ~520, so
+# the commands' reply budgets are 512 tokens (a loop costs time, not a label).
+FIELD_MAX_CHARS = 48
+REASON_MAX_CHARS = 96
 QUOTE_MAX_CHARS = 300  # a free quote (constrain_quotes=False): 20 words of up to 15 characters
 
 

@@ -236,7 +236,7 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
 
     @contextlib.contextmanager
     def fake_open_judge(spec, **kwargs):
-        assert spec == "local" and kwargs["max_tokens"] == 256
+        assert spec == "local" and kwargs["max_tokens"] == 512
         yield OracleJudge(data)
 
     monkeypatch.setattr(stepgap_eval, "open_judge", fake_open_judge)

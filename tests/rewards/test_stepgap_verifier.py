@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from procrl.judges import Judge, JudgeResult, JudgeServer, OpenAICompatibleJudge, parse_judgement
-from procrl.rewards.stepgap.check import CHECK_REPLY_SHAPE
+from procrl.rewards.stepgap.check import CHECK_REPLY_SHAPE, FIELD_MAX_CHARS, REASON_MAX_CHARS
 from procrl.rewards.stepgap.nli import CachedNLI, CrossEncoderNLI, JudgeNLI, NLIVerdict, make_nli, map_nli_labels
 from procrl.rewards.stepgap.quotes import quote_candidates
 from procrl.rewards.stepgap.trace import Passage, StepLabel, Trace, TraceStep
@@ -310,8 +310,9 @@ def test_step_check_minimal_reply_and_field_order():
     assert list(StepCheck.model_fields) == list(json.loads(CHECK_REPLY_SHAPE))
     assert list(StepCheck.model_json_schema()["properties"]) == list(json.loads(CHECK_REPLY_SHAPE))
     assert set(StepCheck.model_json_schema()["required"]) == {*list(VALID)}
-    # bounds at the limit are accepted (80 characters for entity/value/bridge, 120 for reason)
-    at_limit = VALID | {"entity": "e" * 80, "value": "v" * 80, "bridge": "b" * 80, "reason": "r" * 120}
+    # bounds at the limit are accepted (48 characters for entity/value/bridge, 96 for reason)
+    assert (FIELD_MAX_CHARS, REASON_MAX_CHARS) == (48, 96)
+    at_limit = VALID | {"entity": "e" * 48, "value": "v" * 48, "bridge": "b" * 48, "reason": "r" * 96}
     assert parse_judgement(json.dumps(at_limit), StepCheck)[1] is None
 
 
@@ -327,10 +328,10 @@ def test_step_check_minimal_reply_and_field_order():
         {"entity": 3},  # a number where a string is required
         {"reason": 1.5},
         {"quote": 12345},
-        {"entity": "e" * 81},  # over-long strings
-        {"value": "v" * 81},
-        {"bridge": "b" * 81},
-        {"reason": "r" * 121},
+        {"entity": "e" * 49},  # over-long strings
+        {"value": "v" * 49},
+        {"bridge": "b" * 49},
+        {"reason": "r" * 97},
         {"quote": "q" * 301},
         {"extra": "x"},  # an unknown key
     ],

@@ -108,7 +108,11 @@ class SearchTaskArguments:
     )
     judge_model: str | None = field(default=None, metadata={"help": "task=search: model id for a judge URL."})
     judge_max_tokens: int = field(
-        default=160, metadata={"help": "task=search: judge reply token limit (the A-C JSON needs ~100 tokens)."}
+        default=512,
+        metadata={
+            "help": "task=search: judge reply token limit (the A-C JSON needs ~100 tokens; a free-text field that "
+            "loops to its bound takes up to ~520)."
+        },
     )
     judge_timeout_s: float = field(default=600.0, metadata={"help": "task=search: per-request judge timeout (s)."})
     judge_concurrency: int = field(default=4, metadata={"help": "task=search: concurrent judge requests."})
