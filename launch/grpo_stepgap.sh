@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 CONFIG=${CONFIG:-configs/grpo/stepgap_2wiki_smollm2.yaml}
 MODEL=${MODEL:-default}                   # policy: "default" (embedded SmolLM2-135M-Instruct), a directory or hub id
-JUDGE=${JUDGE:-local}                     # "local" (transformers serve, started and stopped by the job) or a URL
+JUDGE=${JUDGE:-local}                     # "local" (vLLM's OpenAI server, started and stopped by the job) or a URL
 RETRIEVER=${RETRIEVER:-2wiki_corpus_sample}  # builtin bm25s corpus, JSONL / index dir, or a retrieval-server URL
 NLI=${NLI:-judge}                         # "judge" (LLM NLI prompt) or a cross-encoder path / hub id
 LAMBDA=${LAMBDA:-}                        # λ; empty = the config's (1.0)

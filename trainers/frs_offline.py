@@ -65,7 +65,11 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     k: float = field(default=10, metadata={"help": "K of the headline FRS (top K%% most confident traces)"})
     k_values: str = field(default="10,20,30,40,50", metadata={"help": "K values of the FRS@K curve (comma-separated)"})
     judge: str = field(
-        default="local", metadata={"help": "'local', 'local:<model>', 'transformers:<model>', a URL, or 'none'"}
+        default="local",
+        metadata={
+            "help": "'local' / 'local:<model>' (vLLM's OpenAI server, schema enforced), 'serve:transformers[:<model>]', "
+            "'transformers:<model>' (in-process, constrained), a URL, or 'none'"
+        },
     )
     judge_concurrency: int = field(default=8, metadata={"help": "judge requests in flight at once"})
     judge_max_tokens: int = field(
@@ -74,8 +78,8 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     judge_timeout: float = field(
         default=600,
         metadata={
-            "help": "seconds one judge request may take, queueing in the server included (a CPU server runs one at "
-            "a time)"
+            "help": "seconds one judge request may take, queueing in the server included (a loaded CPU server can "
+            "take minutes for a queue of 8)"
         },
     )
     judge_cache_dir: str | None = field(
