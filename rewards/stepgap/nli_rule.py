@@ -46,18 +46,19 @@ class NLIThresholds:
 
     Both None (the default): the argmax, ties going to the earlier of entailment, neutral, contradiction. Otherwise:
 
-        entailment     if P(e) >= entail_min          (entail_min None: if P(e) is the argmax)
-        contradiction  else, if P(c) >= contradict_min (contradict_min None: if P(c) > P(n))
+        entailment     if P(e) >= entail_min and P(e) >= P(c)   (entail_min None: if P(e) is the argmax)
+        contradiction  else, if P(c) >= contradict_min          (contradict_min None: if P(c) is the argmax)
         neutral        otherwise
 
-    So `entail_min=0.9` says "entailment only when the NLI is 90% sure" (more steps become MB/IE), and
-    `contradict_min=0.5` "a contradiction needs P(c) >= 0.5" (fewer CC, more MB). Thresholds are probabilities.
+    So `entail_min=0.9` says "entailment only when the NLI is 90% sure": a step it does not entail becomes neutral
+    (MB/IE), never contradiction unless contradiction is the likeliest label; and `contradict_min=0.5` "a
+    contradiction needs P(c) >= 0.5" (fewer CC, more MB). Thresholds are probabilities.
 
     Raises:
         ValueError: a threshold outside (0, 1] (or not a number).
 
     >>> NLIThresholds(entail_min=0.6).decide({"entailment": 0.5, "neutral": 0.2, "contradiction": 0.3})
-    'contradiction'
+    'neutral'
     """
 
     entail_min: float | None = None
@@ -77,9 +78,9 @@ class NLIThresholds:
         if probs is None:
             return None
         e, n, c = (probs[label] for label in NLI_LABELS)
-        if (e >= self.entail_min) if self.entail_min is not None else (e >= n and e >= c):
+        if (e >= self.entail_min and e >= c) if self.entail_min is not None else (e >= n and e >= c):
             return "entailment"
-        if (c >= self.contradict_min) if self.contradict_min is not None else (c > n):
+        if (c >= self.contradict_min) if self.contradict_min is not None else (c > n and c > e):
             return "contradiction"
         return "neutral"
 

@@ -98,6 +98,15 @@ def _probs_text(dist: dict[str, float]) -> str:
 _D_LABELS = {"entailment": "NONE", "neutral": "MB", "contradiction": "CC"}
 
 
+def _field_text(text: str) -> str | None:
+    """A free-text field of the check, or None when empty or a copied placeholder of the reply shape ("<entity>"):
+    a placeholder names nothing, so it must not narrow stage E's premise (an inference step would become IE)."""
+    text = text.strip()
+    if not text or (text.startswith("<") and text.endswith(">")):
+        return None
+    return text
+
+
 def _free_quote_fallback(result: Any) -> Any:
     """A reply that failed the step's schema only through its quote (a backend that ignored the schema and
     paraphrased) is validated against the plain `StepCheck`; its quote is then filtered by `find_quote` in stage C."""
@@ -262,11 +271,7 @@ class StepGapVerifier:
         check: StepCheck | None = getattr(result, "value", None)
         if check is None:
             return StepLabel("ERROR", reason=f"judge unscored: {getattr(result, 'unscored', None)}")
-        fields = {
-            "entity": check.entity.strip() or None,
-            "value": check.value.strip() or None,
-            "bridge": check.bridge.strip() or None,
-        }
+        fields = {name: _field_text(getattr(check, name)) for name in ("entity", "value", "bridge")}
         if "A" in stages and check.off_target:
             return StepLabel("CC", reason="A: off-target", **fields)
         if "B" in stages and check.abstains:

@@ -31,12 +31,16 @@ def dist(e, n, c):
         (dist(0.4, 0.4, 0.2), None, None, "entailment"),
         (dist(0.2, 0.4, 0.4), None, None, "neutral"),
         (dist(0.4, 0.2, 0.4), None, None, "entailment"),
-        # entail_min: P(e) = 0.5 < 0.6 -> not entailed; then P(c) 0.3 > P(n) 0.2 -> contradiction
-        (dist(0.5, 0.2, 0.3), 0.6, None, "contradiction"),
-        # ... and with contradict_min 0.4: P(c) 0.3 < 0.4 -> neutral
+        # entail_min: P(e) = 0.5 < 0.6 -> not entailed; P(c) 0.3 is not the argmax -> neutral, not contradiction
+        (dist(0.5, 0.2, 0.3), 0.6, None, "neutral"),
+        (dist(0.8, 0.05, 0.15), 0.9, None, "neutral"),
+        # ... with contradict_min 0.4: P(c) 0.3 < 0.4 -> neutral; with 0.3: contradiction
         (dist(0.5, 0.2, 0.3), 0.6, 0.4, "neutral"),
-        # entail_min below the argmax: P(e) 0.2 >= 0.2 -> entailment although contradiction is likelier
-        (dist(0.2, 0.3, 0.5), 0.2, None, "entailment"),
+        (dist(0.5, 0.2, 0.3), 0.6, 0.3, "contradiction"),
+        # entail_min below the argmax: P(e) 0.2 >= 0.2 but contradiction is likelier -> contradiction (argmax)
+        (dist(0.2, 0.3, 0.5), 0.2, None, "contradiction"),
+        (dist(0.3, 0.0, 0.7), 0.3, None, "contradiction"),
+        (dist(0.3, 0.5, 0.2), 0.3, None, "entailment"),  # P(e) >= 0.3 and >= P(c), neutral likelier
         # contradict_min only: entailment still by argmax; P(c) 0.5 < 0.6 -> neutral
         (dist(0.2, 0.3, 0.5), None, 0.6, "neutral"),
         (dist(0.5, 0.2, 0.3), None, 0.3, "entailment"),

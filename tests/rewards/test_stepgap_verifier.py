@@ -160,6 +160,8 @@ BOTH = f"Lyon: {LYON.text}\nParis: {PARIS.text}"  # the premise "all prior evide
         # ... no evidence names the entity -> IE without NLI; no entity given -> all earlier evidence
         (inference("m"), reply(entity="Marseille"), None, "IE", []),
         (inference("m"), reply(entity=""), "entailment", "NONE", [(BOTH, ICLAIM)]),
+        # a copied placeholder of the reply shape names no entity: all earlier evidence, never IE for want of it
+        (inference("m"), reply(entity="<entity>"), "entailment", "NONE", [(BOTH, ICLAIM)]),
     ],
 )
 def test_routing_table(step, judge_reply, nli_answer, expected, expected_pairs):
