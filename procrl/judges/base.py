@@ -47,9 +47,10 @@ class JudgeResult(Generic[T]):
             `procrl.judges.choices`), the judge's distribution over its allowed values at the position where the
             reply chose it: `{field: {value_key: probability}}`, probabilities summing to 1 over the values the
             backend's top log-probs covered. None when the backend gave no log-probs (or for an unscored result).
-        followed_schema: True when the reply text was exactly one JSON document valid against the schema (what a
-            backend that honours the schema returns); False when it validated only after extraction from
-            surrounding text or did not validate (the backend ignored the schema); None without a reply.
+        followed_schema: for a scored reply, True when its text was exactly one JSON document valid against the
+            schema (what a backend that honours the schema returns) and False when it validated only after
+            extraction from surrounding text (the backend ignored the schema); None for an unscored result (a
+            reply cut by the token limit is not evidence that the schema was ignored).
     """
 
     value: T | None
@@ -76,9 +77,11 @@ class JudgeStats:
         scored: judgements with a validated value (cache hits included).
         unscored: failed judgements by reason.
         attempts: backend requests sent (HTTP requests, or rows generated in-process), retries included.
-        schema_ignored: fresh replies that were not one schema-valid JSON document (`followed_schema` False): the
-            backend ignored the schema it was sent and the reply went through parse-and-extract instead.
+        schema_ignored: scored fresh replies that were not one schema-valid JSON document (`followed_schema`
+            False): the backend ignored the schema it was sent and the reply went through parse-and-extract.
         with_probs: judgements that carry choice probabilities (`JudgeResult.probs`).
+        degraded: fresh replies obtained without a feature the judge asks for because the server refused it, by
+            feature ("json_schema", "json_object", "logprobs"; `OpenAICompatibleJudge`).
     """
 
     requests: int = 0
@@ -88,6 +91,7 @@ class JudgeStats:
     attempts: int = 0
     schema_ignored: int = 0
     with_probs: int = 0
+    degraded: collections.Counter = field(default_factory=collections.Counter)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __getstate__(self) -> dict:  # picklable (rewards holding a judge may move to another process)
@@ -114,7 +118,7 @@ class JudgeStats:
 
     def as_dict(self) -> dict[str, int]:
         """Flat counters for a logger: requests, cache_hits, scored, unscored (total), attempts, schema_ignored,
-        with_probs, unscored/<reason>.
+        with_probs, unscored/<reason>, degraded/<feature> (the last two only where non-zero).
 
         >>> stats = JudgeStats()
         >>> stats.record(JudgeResult(value=None, unscored="timeout", attempts=4))
@@ -133,6 +137,7 @@ class JudgeStats:
                 "with_probs": self.with_probs,
             }
             out.update({f"unscored/{reason}": n for reason, n in sorted(self.unscored.items())})
+            out.update({f"degraded/{feature}": n for feature, n in sorted(self.degraded.items())})
         return out
 
 
@@ -186,15 +191,15 @@ def reply_result(
             alternatives at that position (`procrl.judges.choices.choice_probabilities`); None when not available.
     """
     value, reason = parse_judgement(text, schema)
-    followed = None
-    if text is not None and text.strip():
-        followed = value is not None and _is_one_document(text, schema)
+    # Known only for a scored reply: an unscored one may be a constrained reply cut by the token limit.
+    followed = None if value is None else _is_one_document(text, schema)
     probs = None
     if value is not None and tokens is not None:
-        probs = choice_probabilities(text, tokens, schema)
-    return JudgeResult(
-        value=value, unscored=reason, raw=text, attempts=attempts, probs=probs, followed_schema=followed
-    )
+        try:
+            probs = choice_probabilities(text, tokens, schema)
+        except (ArithmeticError, ValueError, TypeError) as exc:  # bad log-probs lose the probabilities, not the score
+            logger.debug("no choice probabilities for a reply (%s: %s)", type(exc).__name__, exc)
+    return JudgeResult(value=value, unscored=reason, raw=text, attempts=attempts, probs=probs, followed_schema=followed)
 
 
 def _is_one_document(text: str, schema: type[BaseModel]) -> bool:
@@ -220,7 +225,12 @@ class Judge(abc.ABC):
         self.cache = JudgeCache(cache_dir) if cache_dir is not None else None
 
     def judge(
-        self, requests: Sequence[list[dict]], schema: type[T] | Sequence[type[T]], *, desc: str = "judging", progress: bool = True
+        self,
+        requests: Sequence[list[dict]],
+        schema: type[T] | Sequence[type[T]],
+        *,
+        desc: str = "judging",
+        progress: bool = True,
     ) -> list[JudgeResult[T]]:
         """Judge every request; blocking.
 
@@ -251,7 +261,12 @@ class Judge(abc.ABC):
             return pool.submit(run).result()
 
     async def ajudge(
-        self, requests: Sequence[list[dict]], schema: type[T] | Sequence[type[T]], *, desc: str = "judging", progress: bool = True
+        self,
+        requests: Sequence[list[dict]],
+        schema: type[T] | Sequence[type[T]],
+        *,
+        desc: str = "judging",
+        progress: bool = True,
     ) -> list[JudgeResult[T]]:
         """Async `judge` (same arguments, results and errors)."""
         _check_requests(requests, schema)
@@ -271,9 +286,7 @@ class Judge(abc.ABC):
                 hit = self.cache.get(key, schemas[i]) if self.cache is not None else None
                 if hit is not None:
                     value, raw, probs = hit
-                    results[i] = JudgeResult(
-                        value=value, unscored=None, raw=raw, cached=True, attempts=0, probs=probs
-                    )
+                    results[i] = JudgeResult(value=value, unscored=None, raw=raw, cached=True, attempts=0, probs=probs)
                     self.stats.record(results[i])
                     bar.update(1)
                 else:

@@ -23,10 +23,8 @@ import asyncio
 import collections
 import contextlib
 import json
-import math
 import os
 import random
-import re
 from typing import Any, Literal
 
 import openai
@@ -34,8 +32,15 @@ from pydantic import BaseModel
 
 from procrl.judges.base import Judge, JudgeResult, _schema_fingerprint, reply_result
 from procrl.judges.cache import request_cache_key
-from procrl.judges.choices import TokenAlternatives
 from procrl.judges.parse import T
+from procrl.judges.wire import (
+    NOT_A_COMPLETION,
+    error_text,
+    response_format_field,
+    response_text,
+    response_tokens,
+    retry_after_s,
+)
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -47,8 +52,6 @@ _DUMMY_API_KEY = "EMPTY"
 _RETRY_STATUS = 429
 # Statuses with which a server refuses a request field (vLLM and OpenAI: 400; FastAPI validation: 422).
 _REFUSED_STATUS = (400, 422)
-# Cap on a server's Retry-After (seconds), so a bad header cannot stall a training step.
-_MAX_RETRY_AFTER_S = 30.0
 # The most top log-probs OpenAI's API (and vLLM's default `max_logprobs`) allow.
 _MAX_TOP_LOGPROBS = 20
 # Words in a refusal that name the response format (vLLM: param "response_format"; llama.cpp: "JSON schema ...").
@@ -147,8 +150,15 @@ class OpenAICompatibleJudge(Judge):
         self.logprobs = logprobs
         self.extra_body = dict(extra_body) if extra_body else None
         self.refused: set[str] = set()
-        self.degraded: collections.Counter = collections.Counter()
+        # json_schema refusals by schema (request_cache_key of its fingerprint): one schema the server's grammar
+        # backend cannot compile must not switch every other schema back to free JSON; two refused schemas do.
+        self.refused_schemas: set[str] = set()
         self._rng = random.Random()
+
+    @property
+    def degraded(self) -> collections.Counter:
+        """Fresh replies obtained without a refused feature, by feature (`JudgeStats.degraded`)."""
+        return self.stats.degraded
 
     def _api_key(self) -> str:
         # Read at each call and never stored: a pickled or printed judge cannot leak it.
@@ -176,26 +186,33 @@ class OpenAICompatibleJudge(Judge):
             "messages": messages,
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
-            "response_format": _response_format(fmt, schema),
+            "response_format": response_format_field(fmt, schema),
             "logprobs": top,
             "extra_body": self.extra_body,
             "schema": _schema_fingerprint(schema),
         }
 
+    def _refused_for(self, schema: type[BaseModel]) -> set[str]:
+        """The features refused for requests with `schema`: the judge-wide ones, plus json_schema when the server
+        refused this schema."""
+        if _schema_key(schema) in self.refused_schemas:
+            return self.refused | {"json_schema"}
+        return set(self.refused)
+
     def _request_payload(self, messages: list[dict], schema: type[BaseModel]) -> dict:
-        return self._payload(messages, schema, self._settings(self.refused))
+        return self._payload(messages, schema, self._settings(self._refused_for(schema)))
 
     async def _judge_uncached(self, requests: list[list[dict]], schemas: list[type[T]], finish) -> None:
         semaphore = asyncio.Semaphore(self.max_concurrency)
         # The settings the cache keys of this call were computed with (`Judge` builds them just before the call).
-        keyed = self._settings(self.refused)
+        keyed_all = [self._settings(self._refused_for(schema)) for schema in schemas]
         # One client per call: its connection pool belongs to this event loop (`judge` may run a fresh loop).
         client = openai.AsyncOpenAI(
             base_url=self.base_url, api_key=self._api_key(), max_retries=0, timeout=self.timeout_s
         )
 
         async def one(j: int) -> None:
-            used = keyed
+            used = keyed = keyed_all[j]
             try:
                 result, used = await self._judge_one(client, semaphore, requests[j], schemas[j])
             except Exception as exc:  # a bug in our own code path still becomes a typed failure
@@ -223,7 +240,21 @@ class OpenAICompatibleJudge(Judge):
         except OSError as exc:  # a full disk loses the cache entry, not the judgement
             logger.warning("could not write judge cache file (%s)", exc)
 
-    def _refuse(self, feature: str, exc: openai.APIStatusError) -> None:
+    def _refuse(self, feature: str, exc: openai.APIStatusError, schema: type[BaseModel]) -> None:
+        if feature == "json_schema":
+            key = _schema_key(schema)
+            if key not in self.refused_schemas:
+                self.refused_schemas.add(key)
+                logger.warning(
+                    "judge %s: the server refused the json_schema of %s (HTTP %d: %s); that schema is sent as %s",
+                    self.name,
+                    schema.__name__,
+                    exc.status_code,
+                    error_text(exc)[:200],
+                    _FORMAT_FALLBACK["json_schema"],
+                )
+            if len(self.refused_schemas) < 2:
+                return
         if feature not in self.refused:
             self.refused.add(feature)
             logger.warning(
@@ -231,7 +262,7 @@ class OpenAICompatibleJudge(Judge):
                 self.name,
                 feature,
                 exc.status_code,
-                _error_text(exc)[:200],
+                error_text(exc)[:200],
             )
 
     def _refused_feature(self, exc: openai.APIStatusError, refused: set[str]) -> str | None:
@@ -239,7 +270,7 @@ class OpenAICompatibleJudge(Judge):
         if exc.status_code not in _REFUSED_STATUS:
             return None
         fmt, top = self._settings(refused)
-        text = _error_text(exc).lower()
+        text = error_text(exc).lower()
         if top is not None and "logprob" in text:
             return "logprobs"
         if fmt != "none" and any(word in text for word in _FORMAT_WORDS):
@@ -250,10 +281,10 @@ class OpenAICompatibleJudge(Judge):
         self, client, semaphore: asyncio.Semaphore, messages: list[dict], schema: type[T]
     ) -> tuple[JudgeResult, tuple[str, int | None]]:
         """One judgement with retries: `(result, (response_format, top_logprobs) of the last request sent)`."""
-        refused = set(self.refused)
+        refused = self._refused_for(schema)
         attempts = retries = 0
         while True:
-            refused |= self.refused  # features another request found refused meanwhile
+            refused |= self._refused_for(schema)  # features another request found refused meanwhile
             settings = self._settings(refused)
             kwargs = self._create_kwargs(messages, schema, settings)
             attempts += 1
@@ -270,22 +301,22 @@ class OpenAICompatibleJudge(Judge):
                     feature = self._refused_feature(exc, refused)
                     if feature is not None:  # resend at once without it (not a retry of a failure)
                         refused.add(feature)
-                        self._refuse(feature, exc)
+                        self._refuse(feature, exc, schema)
                         continue
                     reason = f"http_{exc.status_code}"
                     retry = exc.status_code == _RETRY_STATUS or exc.status_code >= 500
-                    retry_after = _retry_after_s(exc.response)
+                    retry_after = retry_after_s(exc.response)
                 except json.JSONDecodeError:  # a body that claims JSON but is not: a server glitch
                     reason, retry = "invalid_json", True
                 except Exception as exc:  # anything else: typed, not retried
                     reason, retry = f"error:{type(exc).__name__}", False
                 else:
-                    raw = _response_text(response)
-                    if raw is _NOT_A_COMPLETION:
+                    raw = response_text(response)
+                    if raw is NOT_A_COMPLETION:
                         reason, retry = "invalid_json", True
                     else:
                         self._count_degraded(settings)
-                        tokens = _response_tokens(response) if settings[1] is not None else None
+                        tokens = response_tokens(response) if settings[1] is not None else None
                         return reply_result(raw, schema, attempts=attempts, tokens=tokens), settings
             if not retry or retries >= self.max_retries:
                 return JudgeResult(value=None, unscored=reason, raw=None, attempts=attempts), settings
@@ -305,7 +336,7 @@ class OpenAICompatibleJudge(Judge):
             "temperature": 0.0,
             "max_tokens": self.max_tokens,
         }
-        response_format = _response_format(fmt, schema)
+        response_format = response_format_field(fmt, schema)
         if response_format is not None:
             kwargs["response_format"] = response_format
         if top is not None:
@@ -322,69 +353,8 @@ class OpenAICompatibleJudge(Judge):
             self.degraded[self.response_format] += 1
 
 
-def _response_format(fmt: str, schema: type[BaseModel]) -> dict | None:
-    """The `response_format` request field: None for "none"."""
-    if fmt == "none":
-        return None
-    if fmt == "json_object":
-        return {"type": "json_object"}
-    # OpenAI requires a name matching ^[a-zA-Z0-9_-]{1,64}$ (a generic model is named like "Model[int]").
-    name = re.sub(r"[^a-zA-Z0-9_-]", "_", schema.__name__)[:64] or "reply"
-    return {"type": "json_schema", "json_schema": {"name": name, "schema": schema.model_json_schema(), "strict": True}}
-
-
-def _error_text(exc: openai.APIStatusError) -> str:
-    return f"{getattr(exc, 'param', None) or ''} {getattr(exc, 'message', '') or ''}"
-
-
-_NOT_A_COMPLETION = object()
-
-
-def _response_text(response: Any) -> Any:
-    """The reply text of a chat completion; None when it has no text; `_NOT_A_COMPLETION` for a non-JSON body
-    (the openai client returns such bodies as a plain string)."""
-    if isinstance(response, str):
-        return _NOT_A_COMPLETION
-    choices = getattr(response, "choices", None)
-    if not choices:
-        return None
-    message = getattr(choices[0], "message", None)
-    content = getattr(message, "content", None)
-    return content if isinstance(content, str) else None
-
-
-def _finite(logprob: Any) -> bool:
-    return isinstance(logprob, (int, float)) and not isinstance(logprob, bool) and math.isfinite(logprob)
-
-
-def _response_tokens(response: Any) -> TokenAlternatives | None:
-    """`choices[0].logprobs.content` (one `{token, logprob, top_logprobs: [{token, logprob}]}` per generated token)
-    as `TokenAlternatives`, the chosen token added to its alternatives when the top-k leaves it out. None when the
-    response has no log-probs or they are malformed (the judgement then has no probs; not an error)."""
-    try:
-        tokens: TokenAlternatives = []
-        for entry in response.choices[0].logprobs.content or []:
-            if not isinstance(entry.token, str):
-                return None
-            alternatives = [
-                (alt.token, float(alt.logprob))
-                for alt in entry.top_logprobs or []
-                if isinstance(alt.token, str) and _finite(alt.logprob)
-            ]
-            if _finite(entry.logprob) and all(text != entry.token for text, _ in alternatives):
-                alternatives.append((entry.token, float(entry.logprob)))
-            tokens.append((entry.token, alternatives))
-        return tokens or None
-    except (AttributeError, IndexError, TypeError, ValueError):
-        return None
-
-
-def _retry_after_s(response: Any) -> float | None:
-    try:
-        value = float(response.headers.get("retry-after"))
-    except (AttributeError, TypeError, ValueError):
-        return None
-    return min(max(value, 0.0), _MAX_RETRY_AFTER_S)
+def _schema_key(schema: type[BaseModel]) -> str:
+    return request_cache_key(_schema_fingerprint(schema))
 
 
 def list_server_models(base_url: str, *, api_key_env: str = DEFAULT_API_KEY_ENV, timeout_s: float = 10.0) -> list[str]:

@@ -245,6 +245,20 @@ def test_reply_result_carries_probs():
     close(result.probs["score"], {"1": 0.0, "2": 0.25, "3": 0.0, "4": 0.75, "5": 0.0})
 
 
+def test_reply_result_keeps_the_score_when_log_probs_are_unusable():
+    # a log-prob of 800 overflows exp(): the probabilities are lost, the validated score is not
+    tokens = [('{"score": ', []), ("4", [("4", 800.0), ("2", -1.0)]), ("}", [])]
+    result = reply_result('{"score": 4}', Score, attempts=1, tokens=tokens)
+    assert result.ok and result.value == Score(score=4) and result.probs is None
+
+
+def test_followed_schema_is_unknown_for_an_unscored_reply():
+    cut = reply_result('{"score": ', Score, attempts=1)  # a constrained reply cut by the token limit
+    assert cut.unscored == "invalid_json" and cut.followed_schema is None
+    extracted = reply_result('Sure: {"score": 2} done', Score, attempts=1)
+    assert extracted.ok and extracted.followed_schema is False
+
+
 # --- expected_value / argmax_value -----------------------------------------------------------------------------------
 
 

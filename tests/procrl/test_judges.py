@@ -785,8 +785,9 @@ def test_refused_json_schema_falls_back_to_json_object(server, tmp_path):
     assert result.value == Score(score=2) and result.attempts == 2
     assert server.posts[0]["response_format"]["type"] == "json_schema"
     assert server.posts[1]["response_format"] == {"type": "json_object"} and server.posts[1]["logprobs"] is True
-    assert judge.refused == {"json_schema"} and judge.degraded == {"json_schema": 1}
-    # Remembered: the next request goes out as json_object at once.
+    # Remembered for this schema only (one schema a grammar backend cannot compile is not a server without
+    # json_schema): the next request with it goes out as json_object at once.
+    assert judge.refused == set() and len(judge.refused_schemas) == 1 and judge.degraded == {"json_schema": 1}
     (other,) = judge.judge([req("b")], Score, progress=False)
     assert other.ok and other.attempts == 1 and server.posts[2]["response_format"] == {"type": "json_object"}
     assert judge.degraded == {"json_schema": 2}
@@ -797,6 +798,26 @@ def test_refused_json_schema_falls_back_to_json_object(server, tmp_path):
     # ... and the refusing judge finds it.
     (hit,) = judge.judge([req("a")], Score, progress=False)
     assert hit.cached and hit.value == Score(score=2) and len(server.posts) == 4
+
+
+def test_json_schema_refused_for_two_schemas_is_refused_for_all(server):
+    refusal = ("status", 400, "response_format json_schema is not supported", "response_format")
+    for text in ("a", "b"):
+        server.script[text] = [refusal, ("ok", '{"score": 2}' if text == "a" else '{"correct": true}')]
+    server.script["c"] = [("ok", '{"score": 3}')]
+    judge = make_judge(server)
+    (a,) = judge.judge([req("a")], Score, progress=False)
+    assert a.ok and judge.refused == set()
+    # another schema still goes out with json_schema first; its refusal makes the refusal judge-wide
+    (b,) = judge.judge([req("b")], Verdict, progress=False)
+    assert b.ok and b.attempts == 2 and server.posts[2]["response_format"]["type"] == "json_schema"
+    assert judge.refused == {"json_schema"} and len(judge.refused_schemas) == 2
+
+    class Third(BaseModel):
+        score: int
+
+    (c,) = judge.judge([req("c")], Third, progress=False)  # a third schema: json_object at once
+    assert c.attempts == 1 and server.posts[4]["response_format"] == {"type": "json_object"}
 
 
 def test_refused_logprobs_then_format_each_dropped_once(server):
@@ -811,7 +832,7 @@ def test_refused_logprobs_then_format_each_dropped_once(server):
     assert result.value == Score(score=5) and result.attempts == 4 and result.followed_schema is False
     sent = [(p.get("logprobs"), (p.get("response_format") or {}).get("type")) for p in server.posts]
     assert sent == [(True, "json_schema"), (None, "json_schema"), (None, "json_object"), (None, None)]
-    assert judge.refused == {"logprobs", "json_schema", "json_object"}
+    assert judge.refused == {"logprobs", "json_object"} and len(judge.refused_schemas) == 1
     assert judge.degraded == {"logprobs": 1, "json_schema": 1}
 
 
