@@ -84,9 +84,7 @@ class JudgeCache:
             logger.warning("ignoring unreadable judge cache file %s (%s)", path, type(exc).__name__)
             return None
 
-    def put(
-        self, key: str, payload: dict, value: BaseModel, raw: str | None, *, probs: dict | None = None
-    ) -> None:
+    def put(self, key: str, payload: dict, value: BaseModel, raw: str | None, *, probs: dict | None = None) -> None:
         """Store one validated judgement and its choice probabilities (the request payload is kept for inspection;
         it holds no API key)."""
         record = {"key": key, "request": payload, "value": value.model_dump(mode="json"), "raw": raw, "probs": probs}
