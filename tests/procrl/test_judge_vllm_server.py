@@ -105,8 +105,12 @@ def test_vllm_command_on_cpu(default_model_path):
     assert flag("--kv-cache-memory-bytes") == str(2**29)  # 0.5 GiB
     assert (flag("--max-model-len"), flag("--max-logprobs"), flag("--generation-config")) == ("4096", "20", "vllm")
     assert "--chat-template" not in cmd  # SmolLM2 has its own template
+    # llguidance without free whitespace (a small model padded replies with it), and no GPU share on CPU
+    assert json.loads(flag("--structured-outputs-config")) == {"backend": "guidance", "disable_any_whitespace": True}
+    assert "--gpu-memory-utilization" not in cmd
     gpu = JudgeServer("default", engine="vllm", device="cuda", kv_cache_gib=None, extra_args=["--seed", "1"]).command()
     assert "--enforce-eager" not in gpu and "--dtype" not in gpu and "--kv-cache-memory-bytes" not in gpu
+    assert gpu[gpu.index("--gpu-memory-utilization") + 1] == "0.15"  # vLLM checks that much is free at start
     assert gpu[-2:] == ["--seed", "1"]
 
 
