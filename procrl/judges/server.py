@@ -211,7 +211,7 @@ class JudgeServer:
             if self.num_threads is not None:
                 env["OMP_NUM_THREADS"] = str(self.num_threads)
             return env
-        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", PYTHONUNBUFFERED="1")  # log lines reach the file at once
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if self.on_cpu and self.num_threads is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
