@@ -21,9 +21,9 @@ Arms: `none` = free generation (`constrained=False`), `llguidance` = `constraine
 token budget; the schema is whatever `model_json_schema()` gives now. One untimed warm-up request per arm first
 (model load, tokenizer tables: reported as setup_s). Then, kind by kind, the arms run one after the other
 (`--rounds` times, the order rotated each round), so the arms of a kind share the machine's load. Printed per arm
-and kind: valid (schema-valid replies) / n, s/judgement (wall time / n; median and min over rounds), mean reply tokens, the
-unscored reasons and the first reply. A benchmark, not a test: nothing is asserted. The CPU here is shared with
-other jobs: compare arms within a kind, not across runs.
+and kind: valid (schema-valid replies) / n, s/judgement (wall time / n; median and min over rounds), mean reply
+tokens, the unscored reasons and the first reply. A benchmark, not a test: nothing is asserted. The CPU here is
+shared with other jobs: compare arms within a kind, not across runs.
 """
 
 from __future__ import annotations

@@ -2,24 +2,32 @@
 row of a batch inside the JSON grammar of that row's pydantic schema (llguidance), and records the top
 log-probabilities of the processed (masked) distribution at each generated position.
 
-Library choice (issue 15), measured with `benchmarks/bench_constrained.py` on the embedded SmolLM2-135M-Instruct,
-greedy, 8 requests of each of procrl's own prompts (FRS rubric `ReasoningJudgement`, StepGap NLI `NLIVerdict`,
-StepGap A-C `StepCheck`), CPU (2 shared cores), batch 8, 256 new tokens at most; valid = schema-valid replies,
-s/j = wall seconds per judgement (prefill included):
+Library choice (issue 15), measured with `benchmarks/bench_constrained.py --rounds 2 --kinds frs,nli` and
+`... --rounds 2 --kinds check,check_quotes` (defaults: the embedded SmolLM2-135M-Instruct, greedy, 8 requests of
+each of procrl's own prompts, batch 8, at most 256 new tokens, CPU: 2 cores shared with other jobs): valid =
+schema-valid replies / 8; s/j = wall seconds per judgement (prefill included), the faster of 2 interleaved rounds;
+tok = mean reply tokens. FRS = `ReasoningJudgement`, NLI = `NLIVerdict`, A-C = `StepCheck`, A-C quotes = each
+step's `step_check_schema` (quote = a choice among its evidence spans):
 
-    (the table is being measured; until it is committed, run the command above)
+    backend                FRS              NLI              A-C                A-C quotes
+                           valid s/j  tok   valid s/j  tok   valid s/j   tok    valid s/j   tok
+    unconstrained          5/8  9.53  59    0/8  6.78  55    0/8  11.61  77     0/8  13.10  77
+    llguidance 1.7.6       8/8  2.39  27    8/8  0.70  8     8/8   6.38  94     8/8   9.50  119
+    lm-format-enforcer     8/8  2.84  27    8/8  1.02  13    8/8   9.31  115    6/8  11.30  124
+    0.11.3
 
-Both libraries keep every reply valid; llguidance is faster here (its mask is computed in Rust per step, LMFE walks
-a Python character-level parser over the token trie) and integrates with less code: `llguidance.hf.from_tokenizer`
-wraps a fast tokenizer directly, one `LLMatcher` per row takes the JSON schema as is, and vLLM 0.30 uses the same
-library (`llguidance>=1.7.0,<1.8.0`) for its structured outputs, so both judges enforce the same grammar. LMFE 0.11.3
-imports `transformers.tokenization_utils`, which transformers 5 removed (it needs a module alias), and its
-`prefix_allowed_tokens_fn` keys its state on the whole token sequence, prompt padding included.
+llguidance is chosen: every reply valid on all four (LMFE missed 2 of 8 choice-of-span quotes: schema_mismatch),
+fewer tokens (no free whitespace: LMFE lets the model indent), as fast or faster, and less integration code:
+`llguidance.hf.from_tokenizer` wraps a fast tokenizer, one `LLMatcher` per row takes the JSON schema as is, the
+mask costs a few ms per step in Rust (a cProfile of one FRS batch: > 90% of the time in the model's forward), and
+vLLM 0.30's structured outputs use the same library (pinned `llguidance>=1.7.0,<1.8.0`), so both embedded judges
+enforce the same grammar. LMFE 0.11.3 imports `transformers.tokenization_utils`, which transformers 5 no longer
+has (a module alias is needed). Unconstrained replies are slow because most run to the token limit.
 
-Probabilities: the processor's `top_logprobs` holds, per generated position, the top-k of `log_softmax` (natural log, temperature 1)
-of the scores that decide the token, i.e. the raw model distribution renormalised over the tokens the grammar allows
-(masked tokens have probability 0 and are left out). Greedy decoding picks the argmax, so the chosen token is always
-among them.
+Probabilities: the processor's `top_logprobs` holds, per generated position, the top-k of `log_softmax` (natural
+log, temperature 1) of the scores that decide the token, i.e. the raw model distribution renormalised over the
+tokens the grammar allows (masked tokens have probability 0 and are left out). Greedy decoding picks the argmax, so
+the chosen token is always among them.
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ def compact(value: BaseModel) -> str:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("schema", [Scores, Label, pytest.param(Check, marks=pytest.mark.slow)])  # Check: ~100 tokens
+@pytest.mark.parametrize("schema", [Scores, Label, Check])
 def test_constrained_replies_are_schema_valid_on_random_models(schema, seed, smollm2_tokenizer):
     model = make_tiny_llama(len(smollm2_tokenizer), seed=seed)
     judge = TransformersJudge(
