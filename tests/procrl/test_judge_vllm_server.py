@@ -120,10 +120,12 @@ def test_vllm_environment(default_model_path, monkeypatch):
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "ERROR")  # what `import trl` sets (trl/_compat.py:87)
     env = JudgeServer("default", device="cpu", num_threads=2).environment()
     assert (
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] == env["PYTHONUNBUFFERED"] == "1" and "VLLM_CPU_KVCACHE_SPACE" not in env
     )
+    assert env["VLLM_LOGGING_LEVEL"] == "INFO"  # the request log the slow schema test reads
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and env["OMP_NUM_THREADS"] == "2"
     default = JudgeServer("default", device="cpu").environment()
     assert default["VLLM_CPU_OMP_THREADS_BIND"] == "auto"  # None keeps vLLM's binding
