@@ -1,0 +1,351 @@
+"""Compare runs from their records (`procrl.run_records.load_runs`: run.json files and offline wandb runs): group them
+into variants (the seeds of one setting) and render a markdown table and plots against the training step.
+
+    runs = load_runs(["runs/sweeps/reward_ablation"])        # procrl.run_records
+    variants = group_variants(runs)                           # one Variant per setting, its seeds as runs
+    text = format_report(variants, "reward ablation", metric=sweep_metric(sweep_dir), plot="curves.png")
+    plot_curves(variants, "report/curves.png")
+
+Conventions (the report says them too): a variant's value is the mean over its seeds, "± s" the SAMPLE standard
+deviation (n - 1 in the denominator; none for one seed), "(k/n seeds)" when only k of its n runs have the value;
+each seed's task accuracy comes with its Wilson 95% interval from `task/correct` and `task/n`; a value no run has is
+"–", never 0. Runs that did not finish are shown and counted in the `status` column (their metrics are what they
+had written; `load_runs(..., include_unfinished=False)` leaves them out).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from procrl.reporting import CURVE_KEYS
+from procrl.utils import get_logger
+
+__all__ = [
+    "CURVE_PANELS",
+    "MISSING",
+    "Variant",
+    "format_report",
+    "format_table",
+    "group_variants",
+    "mean_std",
+    "plot_curves",
+    "series",
+    "wilson_interval",
+]
+
+logger = get_logger(__name__)
+
+MISSING = "–"  # a value that was not measured (never shown as 0)
+WILSON_Z = 1.959964  # the 97.5% normal quantile: a two-sided 95% interval
+# (metric key, column header, decimals): the fixed columns after the accuracy ones
+VALUE_COLUMNS = (
+    ("task/accuracy_before", "accuracy before", 3),
+    ("reward", "reward", 3),
+    ("completions/mean_length", "length (tokens)", 1),
+)
+FRS_KEYS = (("frs/score", "FRS", 1),)  # shown when some run measured it
+_LABELS = dict(CURVE_KEYS)
+CURVE_PANELS = (  # (history key, panel title), in the order of the figure's panels
+    ("task/accuracy", _LABELS["task/accuracy"]),
+    ("reward", _LABELS["reward"]),
+    ("completions/mean_length", _LABELS["completions/mean_length"]),
+    ("hacking/reward_accuracy_corr", "reward-accuracy correlation (rolling)"),
+)
+_SEED_IN_NAME = re.compile(r"(^|[,_\-+ ])seed[=_\-]?\d+")  # "reward=x,seed=1" -> "reward=x"
+
+
+def wilson_interval(successes: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion successes/n (95% by default); (0, 1) when n = 0.
+
+    The same formula as `procrl.trainers.evaluation.wilson_interval` (a layer above core, so not importable here).
+
+    >>> [round(x, 4) for x in wilson_interval(7, 20)]
+    [0.1812, 0.5671]
+    """
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """(mean, sample standard deviation with n - 1) of `values`; std None for one value, both None for none.
+
+    >>> [round(x, 4) for x in mean_std([0.3, 0.5])]  # population std would be 0.1
+    [0.4, 0.1414]
+    """
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Grouping
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Variant:
+    """The runs of one setting: `parameters` are the variant's parameters without `seed`; `runs` are sorted by seed."""
+
+    name: str
+    parameters: dict[str, Any]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+    def seed_of(self, run: dict[str, Any]) -> Any:
+        """The run's seed: `variant.seed`, else the `seed` parameter, else None."""
+        variant = run.get("variant") or {}
+        seed = variant.get("seed")
+        return seed if seed is not None else (variant.get("parameters") or {}).get("seed")
+
+    def values(self, key: str) -> list[float]:
+        """The runs' final `metrics[key]` (finite numbers only; runs without it left out)."""
+        return [v for run in self.runs if _is_number(v := (run.get("metrics") or {}).get(key))]
+
+
+def group_variants(runs: Iterable[dict[str, Any]]) -> list[Variant]:
+    """Group runs by (sweep, parameters without `seed`); a run without a `variant` is a group of its own (its
+    directory). Groups keep the order of their first run; a group's name is the variant name with its seed part
+    removed (`reward=pum,seed=1` -> `reward=pum`), or `k=v,...` of its parameters when the names disagree."""
+    groups: dict[tuple, Variant] = {}
+    for run in runs:
+        variant = run.get("variant")
+        if isinstance(variant, dict) and isinstance(variant.get("parameters"), dict):
+            parameters = {k: v for k, v in variant["parameters"].items() if k != "seed"}
+            key = ("variant", variant.get("sweep"), json.dumps(parameters, sort_keys=True, default=str))
+            name = _SEED_IN_NAME.sub("", str(variant.get("name") or "")).strip(",_-+ ") or _param_name(parameters)
+        else:
+            parameters, key, name = {}, ("run", run["path"]), Path(run["path"]).name
+        if key not in groups:
+            groups[key] = Variant(name=name, parameters=parameters)
+        elif groups[key].name != name:
+            groups[key].name = _param_name(groups[key].parameters)
+        groups[key].runs.append(run)
+    for group in groups.values():
+        group.runs.sort(key=lambda r: (str(group.seed_of(r)), r["path"]))
+        seeds = [group.seed_of(r) for r in group.runs if group.seed_of(r) is not None]
+        if len(seeds) != len(set(map(str, seeds))):
+            logger.warning("variant %s has several runs with the same seed: %s", group.name, seeds)
+    return list(groups.values())
+
+
+def _param_name(parameters: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in parameters.items()) or "(no parameters)"
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Table
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def format_table(variants: Sequence[Variant], metric: dict[str, str] | None = None) -> str:
+    """A markdown table, one row per variant: status, seeds, task accuracy (mean ± std over seeds, then each seed's
+    value with its Wilson 95% interval), accuracy before training, reward, completion length, FRS and every
+    `hacking/...` key that some run has, and wall time. With a sweep `metric` the rows are sorted by its mean (best
+    first; variants without it last) and the best value is bold; a metric that is no column gets one."""
+    keys_present = {k for v in variants for r in v.runs for k in (r.get("metrics") or {})}
+    columns = [
+        ("task/accuracy", "task accuracy (mean ± std)", 3),
+        *VALUE_COLUMNS,
+        *[c for c in FRS_KEYS if c[0] in keys_present],
+        *[(k, k, 3) for k in sorted(keys_present) if k.startswith("hacking/")],
+    ]
+    if metric and metric["name"] not in {c[0] for c in columns}:
+        columns.append((metric["name"], metric["name"], 3))
+    if metric:
+        sign = -1.0 if metric.get("goal", "maximize") == "maximize" else 1.0
+        variants = sorted(variants, key=lambda v: _sort_key(v, metric["name"], sign))
+    best = variants[0] if metric and variants and variants[0].values(metric["name"]) else None
+    header = ["variant", "status", "seeds", columns[0][1], "accuracy per seed [Wilson 95%]"]
+    header += [c[1] for c in columns[1:]] + ["wall time (s)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
+    for variant in variants:
+        cells = [_escape(variant.name), _status(variant), str(len(variant.runs))]
+        for i, (key, _, digits) in enumerate(columns):
+            cell = _aggregate(variant, key, digits)
+            if best is variant and key == metric["name"]:
+                cell = f"**{cell}**"
+            cells.append(cell)
+            if i == 0:
+                cells.append(_per_seed_accuracy(variant))
+        cells.append(_aggregate(variant, "wall_time_s", 0, from_record=True))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def format_report(
+    variants: Sequence[Variant], title: str, metric: dict[str, str] | None = None, plot: str | None = None
+) -> str:
+    """The markdown report: the title, how to read the numbers, `format_table`, the plot (a relative file name) and
+    one line per run (variant, seed, status, wall time, commit, directory)."""
+    runs = [r for v in variants for r in v.runs]
+    unfinished = sum(r.get("status") != "finished" for r in runs)
+    lines = [
+        f"# {title}",
+        "",
+        f"{len(runs)} runs in {len(variants)} variants ({unfinished} not finished: counted in `status`, their "
+        "metrics are the last they wrote). A variant's value is the mean over its seeds; ± is the sample standard "
+        "deviation (n - 1) over seeds, none for one seed; (k/n seeds) when only k runs have the value. Each seed's "
+        f"task accuracy has its Wilson 95% interval from `task/correct` / `task/n`. {MISSING} = not measured.",
+    ]
+    if metric:
+        lines += ["", f"Sorted by `{metric['name']}` ({metric.get('goal', 'maximize')}), the best in bold."]
+    lines += ["", format_table(variants, metric)]
+    if plot:
+        lines += [
+            "",
+            f"![curves]({plot})",
+            "",
+            "Against the training step (`history`): the line is the mean over "
+            "seeds at each step, the band the min-max over seeds.",
+        ]
+    lines += [
+        "",
+        "## Runs",
+        "",
+        "| variant | seed | status | wall time (s) | commit | directory |",
+        "|---|---|---|---:|---|---|",
+    ]
+    for variant in variants:
+        for run in variant.runs:
+            git = run.get("git") or {}
+            commit = (
+                (str(git.get("commit"))[:10] + ("+dirty" if git.get("dirty") else "")) if git.get("commit") else MISSING
+            )
+            wall = f"{run['wall_time_s']:.0f}" if _is_number(run.get("wall_time_s")) else MISSING
+            seed = variant.seed_of(run)
+            status = str(run.get("status")) + (f" ({run['error']})" if run.get("error") else "")
+            lines.append(
+                f"| {_escape(variant.name)} | {MISSING if seed is None else seed} | {_escape(status)} | {wall} | "
+                f"{commit} | {_escape(_display_path(run['path']))} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _sort_key(variant: Variant, key: str, sign: float) -> tuple[int, float]:
+    mean, _ = mean_std(variant.values(key))
+    return (1, 0.0) if mean is None else (0, sign * mean)
+
+
+def _aggregate(variant: Variant, key: str, digits: int, from_record: bool = False) -> str:
+    values = [v for r in variant.runs if _is_number(v := r.get(key))] if from_record else variant.values(key)
+    mean, std = mean_std(values)
+    if mean is None:
+        return MISSING
+    text = f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+    if len(values) < len(variant.runs):
+        text += f" ({len(values)}/{len(variant.runs)} seeds)"
+    return text
+
+
+def _per_seed_accuracy(variant: Variant) -> str:
+    parts = []
+    for i, run in enumerate(variant.runs):
+        metrics = run.get("metrics") or {}
+        seed = variant.seed_of(run)
+        label = f"s{seed}" if seed is not None else f"run {i + 1}"
+        if run.get("status") != "finished":
+            label += f" ({run.get('status') or 'unknown'})"
+        correct, n, accuracy = metrics.get("task/correct"), metrics.get("task/n"), metrics.get("task/accuracy")
+        if _is_number(correct) and _is_number(n) and n > 0:
+            low, high = wilson_interval(int(correct), int(n))
+            parts.append(f"{label} {correct / n:.3f} [{low:.3f}, {high:.3f}] ({int(correct)}/{int(n)})")
+        elif _is_number(accuracy):
+            parts.append(f"{label} {accuracy:.3f} [no counts]")
+        else:
+            parts.append(f"{label} {MISSING}")
+    return "; ".join(parts) if parts else MISSING
+
+
+def _status(variant: Variant) -> str:
+    counts: dict[str, int] = {}
+    for run in variant.runs:
+        status = str(run.get("status") or "unknown")
+        counts[status] = counts.get(status, 0) + 1
+    if set(counts) == {"finished"}:
+        return "finished"
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+
+
+def _display_path(path: str) -> str:
+    """`path` relative to the working directory when it lies below it (a committed report names no home folder)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return path
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Plots
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def series(variant: Variant, key: str) -> list[tuple[int, float, float, float, int]]:
+    """(step, mean, min, max, n runs) of `key` at each step that some run of the variant logged it, from `history`."""
+    by_step: dict[int, list[float]] = {}
+    for run in variant.runs:
+        for row in run.get("history") or []:
+            if _is_number(row.get("step")) and _is_number(row.get(key)):
+                by_step.setdefault(int(row["step"]), []).append(float(row[key]))
+    return [(s, statistics.fmean(v), min(v), max(v), len(v)) for s, v in sorted(by_step.items())]
+
+
+def plot_curves(variants: Sequence[Variant], path: str | Path, title: str = "") -> Path:
+    """One PNG with a panel per `CURVE_PANELS` key against the training step: a line per variant (the mean over its
+    seeds at each step) and a band from the min to the max over its seeds (where two or more logged that step).
+    A key no run logged gives a panel that says "not logged". Returns the path."""
+    import matplotlib  # optional heavy dependency, only for the plots: imported here, not with procrl.run_report
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after choosing the non-interactive backend
+    from matplotlib.ticker import MaxNLocator  # matplotlib: the same optional dependency
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for ax, (key, label) in zip(axes.flat, CURVE_PANELS, strict=True):
+        drawn = False
+        for index, variant in enumerate(variants):
+            points = series(variant, key)
+            if not points:
+                continue
+            steps, means, lows, highs, _ = zip(*points, strict=True)
+            colour = f"C{index % 10}"
+            ax.plot(steps, means, marker="o", markersize=3, color=colour, label=variant.name)
+            if any(n > 1 for *_, n in points):
+                ax.fill_between(steps, lows, highs, color=colour, alpha=0.2, linewidth=0)
+            drawn = True
+        if not drawn:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+    handles, labels = next(
+        (a.get_legend_handles_labels() for a in axes.flat if a.get_legend_handles_labels()[0]), ([], [])
+    )
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle((title + "\n" if title else "") + "line: mean over seeds; band: min-max over seeds", fontsize=10)
+    fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(labels) / 3), 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,141 @@
+"""`procrl report`: compare runs from their records, without any server: a markdown table and plots.
+
+    procrl report runs/sweeps/reward_ablation_svamp              # a sweep directory: every run.json below it
+    procrl report outputs/grpo_a outputs/grpo_b --output-dir report --title "PiCSAR vs outcome"
+    procrl report wandb/offline-run-20261201_200000-abcd1234      # an offline wandb run (its .wandb file is read)
+    procrl report runs/sweeps/x --finished-only                   # leave out runs that did not finish
+    python -m procrl.scripts.report --config report.yaml          # a YAML of these fields; flags override it
+
+Reads each run's `run.json` (written by every procrl command, `procrl.tracking`) and offline wandb runs
+(`wandb/offline-run-*`: `procrl.run_records`), groups the runs into variants (the sweep's parameters without
+`seed`; a run without a variant is its own row) and writes into `--output-dir` (default: the sweep directory when
+one directory is given, else ./report):
+
+- `report.md`: one row per variant: status, seeds, final task accuracy as mean ± sample std over seeds, each seed's
+  accuracy with its Wilson 95% interval (`task/correct` of `task/n`), accuracy before training, reward, completion
+  length, FRS where measured, every `hacking/...` monitor, wall time; "–" = not measured. With the sweep's `metric`
+  (`sweep.json`) the rows are sorted by it and the best is bold. Then one line per run (seed, status, commit).
+- `curves.png`: task accuracy, reward, completion length and the reward-accuracy correlation against the training
+  step, a line per variant (mean over seeds), the band min-max over seeds; "not logged" where no run has the key.
+
+Runs that did not finish are included by default and marked in the `status` column: an interrupted sweep's partial
+results are still worth seeing, and dropping them silently would hide that the table is incomplete.
+Prints the table and the paths of the files.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trl import TrlParser
+
+from procrl.run_records import load_runs, sweep_metric
+from procrl.run_report import format_report, format_table, group_variants, plot_curves
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
+
+__all__ = ["ReportArguments", "main", "make_parser", "paths_as_flag"]
+
+PROG = "procrl report"
+REPORT_FILE, PLOT_FILE = "report.md", "curves.png"
+_VALUE_FLAGS = ("--output_dir", "--output-dir", "--title", "--config")  # their next word is their value
+_BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
+_BOOL_WORDS = ("yes", "true", "t", "y", "1", "no", "false", "f", "n", "0")  # transformers' string_to_bool
+
+
+@dataclass
+class ReportArguments:
+    """The flags of `procrl report` (module docstring)."""
+
+    paths: list[str] = field(
+        default_factory=list,
+        metadata={"help": "run directories (with run.json), sweep directories, or wandb/offline-run-* directories"},
+    )
+    output_dir: str | None = field(
+        default=None, metadata={"help": "where report.md and curves.png go (default: the sweep dir, or ./report)"}
+    )
+    title: str | None = field(default=None, metadata={"help": "the report's title (default: from the paths)"})
+    finished_only: bool = field(
+        default=False, metadata={"help": "leave out runs whose run.json status is not 'finished'"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise ValueError(
+                "give at least one RUN_DIR or a SWEEP_DIR: procrl report runs/sweeps/<name> (or --paths DIR ...)"
+            )
+
+
+def make_parser() -> TrlParser:
+    """`TrlParser` over `ReportArguments` (the paths are also accepted bare: `procrl report DIR ...`)."""
+    return TrlParser((ReportArguments,), prog=PROG, description=__doc__, formatter_class=HelpFormatter)
+
+
+def paths_as_flag(argv: list[str]) -> list[str]:
+    """`argv` with the bare path words (anywhere, not the value of a flag) gathered into `--paths ...` at the front.
+
+    >>> paths_as_flag(["runs/a", "--title", "T", "runs/b", "--finished-only"])
+    ['--paths', 'runs/a', 'runs/b', '--title', 'T', '--finished-only']
+    >>> paths_as_flag(["--finished-only", "true", "--paths", "x"])  # a bool flag's own word stays with it
+    ['--paths', 'x', '--finished-only', 'true']
+    """
+    paths, rest, i = [], [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word in _VALUE_FLAGS and i + 1 < len(argv):
+            rest += argv[i : i + 2]
+            i += 2
+            continue
+        if word in _BOOL_FLAGS and i + 1 < len(argv) and argv[i + 1].lower() in _BOOL_WORDS:
+            rest += argv[i : i + 2]
+            i += 2
+            continue
+        if word == "--paths":
+            pass
+        elif word.startswith("-"):
+            rest.append(word)
+        else:
+            paths.append(word)
+        i += 1
+    return (["--paths", *paths] if paths else []) + rest
+
+
+def default_output_dir(paths: list[str]) -> Path:
+    """The sweep directory when one directory without its own run.json is given, else ./report."""
+    if len(paths) == 1 and Path(paths[0]).is_dir() and not (Path(paths[0]) / "run.json").is_file():
+        return Path(paths[0])
+    return Path("report")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `procrl report`; returns the exit status (0 on success, 2 on bad arguments or paths, 1 on bad records)."""
+    parsed = parse_or_exit(make_parser(), paths_as_flag(list(sys.argv[1:] if argv is None else argv)))
+    if parsed is None:
+        return EXIT_USAGE
+    (args,) = parsed
+    configure_logging()
+    try:
+        runs = load_runs(args.paths, include_unfinished=not args.finished_only)
+    except FileNotFoundError as error:
+        return usage_error(PROG, error)
+    except ValueError as error:
+        usage_error(PROG, error)
+        return 1
+    if not runs:
+        usage_error(PROG, f"no finished run in {', '.join(args.paths)} (drop --finished-only to see the others)")
+        return 1
+    variants = group_variants(runs)
+    metric = next((m for p in args.paths if Path(p).is_dir() and (m := sweep_metric(p))), None)
+    output_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.paths)
+    title = args.title or "Run report: " + ", ".join(Path(p).name or p for p in args.paths)
+    plot = plot_curves(variants, output_dir / PLOT_FILE, title)
+    report = output_dir / REPORT_FILE
+    report.write_text(format_report(variants, title, metric, plot=PLOT_FILE))
+    print(format_table(variants, metric))
+    print(f"report: {report}\nplots: {plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
