@@ -129,7 +129,8 @@ def _read_run_json(run_dir: Path) -> dict[str, Any]:
 
 
 def sweep_metric(directory: str | Path) -> dict[str, str] | None:
-    """The sweep's `metric` ({"name": ..., "goal": "maximize" | "minimize"}) from `<directory>/sweep.json`, at its top
+    """The sweep's `metric` ({"name": ..., "goal": "maximize" | "minimize"}, goal "minimize" when not given, as in
+    wandb's sweep format and procrl.sweeps) from `<directory>/sweep.json` (procrl sweep writes it), at its top
     level or under `config` / `sweep`; None without a sweep.json or a metric."""
     file = Path(directory) / "sweep.json"
     if not file.is_file():
@@ -137,7 +138,7 @@ def sweep_metric(directory: str | Path) -> dict[str, str] | None:
     data = json.loads(file.read_text())
     for holder in (data, data.get("config"), data.get("sweep")):
         if isinstance(holder, dict) and isinstance(holder.get("metric"), dict) and holder["metric"].get("name"):
-            return {"name": holder["metric"]["name"], "goal": holder["metric"].get("goal", "maximize")}
+            return {"name": holder["metric"]["name"], "goal": holder["metric"].get("goal") or "minimize"}
     return None
 
 

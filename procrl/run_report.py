@@ -163,7 +163,7 @@ def format_table(variants: Sequence[Variant], metric: dict[str, str] | None = No
     if metric and metric["name"] not in {c[0] for c in columns}:
         columns.append((metric["name"], metric["name"], 3))
     if metric:
-        sign = -1.0 if metric.get("goal", "maximize") == "maximize" else 1.0
+        sign = -1.0 if metric.get("goal") == "maximize" else 1.0  # wandb's default goal: minimize
         variants = sorted(variants, key=lambda v: _sort_key(v, metric["name"], sign))
     best = variants[0] if metric and variants and variants[0].values(metric["name"]) else None
     header = ["variant", "status", "seeds", columns[0][1], "accuracy per seed [Wilson 95%]"]
@@ -199,7 +199,7 @@ def format_report(
         f"task accuracy has its Wilson 95% interval from `task/correct` / `task/n`. {MISSING} = not measured.",
     ]
     if metric:
-        lines += ["", f"Sorted by `{metric['name']}` ({metric.get('goal', 'maximize')}), the best in bold."]
+        lines += ["", f"Sorted by `{metric['name']}` ({metric.get('goal') or 'minimize'}), the best in bold."]
     lines += ["", format_table(variants, metric)]
     if plot:
         lines += [

@@ -188,7 +188,9 @@ def test_unfinished_runs_are_marked():
     assert "s2 (running) 0.200" in rows["r=x"]["accuracy per seed [Wilson 95%]"]
 
 
-@pytest.mark.parametrize("goal,order", [("maximize", ["b", "a", "c"]), ("minimize", ["a", "b", "c"])])
+@pytest.mark.parametrize(
+    "goal,order", [("maximize", ["b", "a", "c"]), ("minimize", ["a", "b", "c"]), (None, ["a", "b", "c"])]
+)
 def test_table_sorted_by_the_sweep_metric_best_in_bold(goal, order):
     runs = [
         _run("a", parameters={"r": "a"}, seed=1, metrics=acc(2, 10)),
@@ -250,7 +252,10 @@ def test_sweep_metric(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"metric": {"name": "task/accuracy", "goal": "maximize"}}))
     assert sweep_metric(tmp_path) == {"name": "task/accuracy", "goal": "maximize"}
     (tmp_path / "sweep.json").write_text(json.dumps({"sweep": {"metric": {"name": "reward"}}}))
-    assert sweep_metric(tmp_path) == {"name": "reward", "goal": "maximize"}
+    assert sweep_metric(tmp_path) == {"name": "reward", "goal": "minimize"}  # wandb's default goal
+    # what procrl sweep writes: the sweep's name under "sweep", its metric (or null) at the top
+    (tmp_path / "sweep.json").write_text(json.dumps({"sweep": "abl", "method": "grid", "metric": None, "variants": []}))
+    assert sweep_metric(tmp_path) is None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
