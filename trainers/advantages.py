@@ -40,7 +40,9 @@ from procrl.utils import check_reward_length
 __all__ = [
     "EPS",
     "OutcomeStepRewards",
+    "check_step_reward_func",
     "check_step_rewards",
+    "func_name",
     "normalize_step_rewards",
     "pad_step_rewards",
     "process_advantages",
@@ -227,3 +229,34 @@ def process_advantages(
     [[0.577, -0.577, 0.0], [-0.577, -0.577, 0.0]]
     """
     return token_advantages(normalize_step_rewards(step_rewards, num_generations, eps), step_ends, num_tokens)
+
+
+def check_step_reward_func(mode: str, step_reward_func, reward_funcs) -> None:
+    """Refuse a missing step scorer in process/mixed mode, a superfluous one in outcome mode, and a step scorer
+    that is also a TRL reward function (it would be counted twice)."""
+    if mode in ("process", "mixed") and step_reward_func is None:
+        raise ValueError(
+            f"advantage_mode={mode!r} needs a step scorer: ProcessGRPOTrainer(step_reward_func=...), a callable "
+            "returning one procrl.step_rewards.StepRewards (or None) per completion, e.g. "
+            "OutcomeStepRewards(). Or set advantage_mode: outcome."
+        )
+    if mode == "outcome" and step_reward_func is not None:
+        raise ValueError(
+            "step_reward_func is only used with advantage_mode 'process' or 'mixed' (a ProcessGRPOConfig field); "
+            "set one of them or drop step_reward_func."
+        )
+    if step_reward_func is None or reward_funcs is None:
+        return
+    owner = getattr(step_reward_func, "__self__", None)  # a bound method: its object may be the reward function
+    for func in reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]:
+        if func is step_reward_func or (owner is not None and func is owner):
+            raise ValueError(
+                f"The step scorer {func_name(step_reward_func)!r} is also one of reward_funcs: in advantage_mode "
+                f"{mode!r} it would be counted twice (scalar reward and process advantage). Remove it from "
+                "reward_funcs."
+            )
+
+
+def func_name(func) -> str:
+    """A reward or step function's name for messages: its `__name__`, else its class name."""
+    return getattr(func, "__name__", type(func).__name__)

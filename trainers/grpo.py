@@ -11,7 +11,10 @@ What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
   `task/unparseable_gold`, `hacking/reward_minus_accuracy` (mean weighted reward minus accuracy),
   `hacking/bonus_length_corr` (Pearson correlation, over the batch, between the weighted sum of the
   non-outcome rewards and the completion length in tokens) and `hacking/truncated_frac` (completions that hit
-  `max_completion_length` without EOS).
+  `max_completion_length` without EOS); and the monitors of `procrl.trainers.monitoring`: `hacking/repetition_rate`,
+  `hacking/length_corr/<reward name>` (within-group), `hacking/reward_accuracy_corr` (rolling, with a collapse
+  warning), per-step scores in the completions table and `<output_dir>/completions.jsonl`, and one console line
+  per logging step (`procrl.trainers.console`).
 
 - Process advantages (`advantage_mode: process | mixed`, DeepSeekMath §4.1.3, `procrl.trainers.advantages`): a
   step scorer (`step_reward_func`, returning one `StepRewards` or None per completion) gives per-step rewards;
@@ -28,7 +31,7 @@ What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
   default `normalize_then_sum` also standardises TRL's summed advantage over the whole batch (:2798-2799), so there
   the two differ by that batch-wide affine map.
 
-Two private overrides, with TRL pinned to 1.16.* (line numbers of trl/trainer/grpo_trainer.py in TRL 1.16.0;
+Three overrides, with TRL pinned to 1.16.* (line numbers of trl/trainer/grpo_trainer.py in TRL 1.16.0;
 `import procrl.trainers` refuses another TRL minor version):
 - `_calculate_rewards` (:1579, called once per generation batch from `_generate_and_score_completions` at :2753)
   computes the metrics above and runs the step scorer, where the prompts, completion texts and sampled ids of this
@@ -38,6 +41,8 @@ Two private overrides, with TRL pinned to 1.16.* (line numbers of trl/trainer/gr
 - `_generate_and_score_completions` (:2324) calls TRL's and, in process/mixed mode, takes the step rewards out of
   the rows, gathers them and replaces TRL's `advantages` (B,) (:2818, :2903) with the (B, T) tensor aligned with
   `completion_mask` (right-padded completion ids, :2454-2463); TRL's loss accepts (B, T) advantages (:3055-3059).
+- `log` (:3302) gives the monitors the metrics of the logging step before TRL averages them
+  (`TrainingMonitor.on_log`).
 Tests `tests/trainers/test_grpo.py::test_calculate_rewards_override_is_called` and
 `tests/trainers/test_advantages.py::test_generate_and_score_override_is_called` spy on the two methods and fail if
 TRL stops calling them.
@@ -55,7 +60,17 @@ from trl import GRPOConfig, GRPOTrainer
 
 from procrl.rewards.outcome import outcome_reward
 from procrl.step_rewards import StepRewards
-from procrl.trainers.advantages import check_step_rewards, normalize_step_rewards, pad_step_rewards, token_advantages
+from procrl.trainers.advantages import (
+    check_step_reward_func,
+    check_step_rewards,
+    func_name,
+    normalize_step_rewards,
+    pad_step_rewards,
+    token_advantages,
+)
+from procrl.trainers.console import install_console_line
+from procrl.trainers.hacking import correlation, repetition_rate
+from procrl.trainers.monitoring import MonitorArguments, TrainingMonitor, log_batch_monitors, step_reward_columns
 from procrl.trainers.rollout import ProcessRollout
 from procrl.trainers.vllm_colocate import GenerationBackendArguments, finish_vllm_setup, trl_llm_overrides
 from procrl.utils import get_logger
@@ -77,7 +92,7 @@ class RowSteps(NamedTuple):
 
 
 @dataclass
-class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments):
+class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments):
     """`GRPOConfig` with defaults that work on a CPU-only machine and procrl's reward aggregation.
 
     Differences from TRL's defaults:
@@ -89,7 +104,8 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments):
 
     procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4), and
     `generation_backend` ("auto" = vLLM where it runs; it sets `use_vllm`) with `vllm_kv_cache_gib` and `vllm_dtype`
-    (`procrl.trainers.vllm_colocate`).
+    (`procrl.trainers.vllm_colocate`); `hacking_window`, `completions_jsonl`, `completions_jsonl_per_step` and
+    `console_line` (`procrl.trainers.monitoring`).
 
     Raises:
         ValueError, ImportError: see the fields' checks (`GenerationBackendArguments.resolve_generation_backend`).
@@ -137,6 +153,7 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments):
         if not (math.isfinite(self.process_alpha) and self.process_alpha >= 0):
             raise ValueError(f"process_alpha={self.process_alpha} must be finite and >= 0 (e.g. process_alpha: 1.0).")
         self.resolve_generation_backend()
+        self.check_monitor_arguments()
         if self.bf16 is None:
             use_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
             gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -165,7 +182,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         args_obj = kwargs.get("args", args[2] if len(args) > 2 else None)
         self.advantage_mode = getattr(args_obj, "advantage_mode", "outcome")
         self.process_alpha = getattr(args_obj, "process_alpha", 1.0)
-        _check_step_reward_func(
+        check_step_reward_func(
             self.advantage_mode, step_reward_func, kwargs.get("reward_funcs", args[1] if len(args) > 1 else None)
         )
         if rollout_func is None:
@@ -182,6 +199,9 @@ class ProcessGRPOTrainer(GRPOTrainer):
         finish_vllm_setup(self)  # re-seed after TRL's LLM(seed=...); CPU weight sync through reload_weights
         self.outcome_func = outcome_func
         self.step_reward_func = step_reward_func
+        self.monitor = TrainingMonitor(self.args, self.accelerator.is_main_process)
+        if getattr(self.args, "console_line", True):
+            install_console_line(self)
         if step_reward_func is not None and self.args.scale_rewards != "group":
             logger.warning(
                 "scale_rewards=%r applies to the outcome advantage only; process advantages always divide by the "
@@ -196,17 +216,20 @@ class ProcessGRPOTrainer(GRPOTrainer):
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self.monitor.batches += 1
         # Every rank must reach the same gathers, so a failure only blanks this rank's rows (NaN), never skips them.
         try:
             local = self._local_process_stats(inputs, prompts, completions, completion_ids_list, rewards_per_func)
         except Exception:  # telemetry must never stop training
             logger.exception("procrl metrics failed for this batch on this rank; training continues")
-            local = torch.full((len(prompts), 3), math.nan)
+            local = torch.full((len(prompts), 4), math.nan)
         # Gather in process order, like TRL gathers `rewards_per_func`, so rows line up across tensors.
         gathered = self.accelerator.gather(local.to(self.accelerator.device)).cpu()
         self._log_process_metrics(gathered, rewards_per_func.cpu())
         if self.step_reward_func is not None:
             step_rewards = self._score_steps(inputs, prompts, completions, completion_ids_list)
+            for column, values in step_reward_columns(step_rewards).items():  # the completions table's columns
+                self._log_completion_extra(column, values)
             # a fresh dict per row (the list is TRL's, shared with the caller): rows that alias one dict (a plain
             # list dataset repeated by the sampler) cannot overwrite each other's step rewards
             for i, (steps, ids) in enumerate(zip(step_rewards, completion_ids_list, strict=True)):
@@ -222,7 +245,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         step_rewards = self.step_reward_func(
             prompts=prompts, completions=completions, completion_ids=completion_ids_list, **kwargs
         )
-        return check_step_rewards(_func_name(self.step_reward_func), step_rewards, completion_ids_list)
+        return check_step_rewards(func_name(self.step_reward_func), step_rewards, completion_ids_list)
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -303,7 +326,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         metrics["process/advantage_max"].append(float(stats[:, 4].max()))
 
     def _local_process_stats(self, inputs, prompts, completions, completion_ids_list, rewards_per_func):
-        """`(B_local, 3)`: correctness (1/0/NaN), completion length in tokens, truncated (1/0)."""
+        """`(B_local, 4)`: correctness (1/0/NaN), length in tokens, truncated (1/0), repetition rate (NaN: < 4)."""
         outcome_col = self._outcome_column()
         if outcome_col is not None:  # the outcome reward already ran: reuse its local rows
             start = self.accelerator.process_index * len(prompts)
@@ -317,11 +340,19 @@ class ProcessGRPOTrainer(GRPOTrainer):
             )
         else:
             correct = [None] * len(prompts)
-        rows = [
-            [math.nan if c is None else float(c), float(len(ids)), float(not ids or ids[-1] not in self.eos_token_ids)]
-            for c, ids in zip(correct, completion_ids_list, strict=True)
-        ]
-        return torch.tensor(rows, dtype=torch.float32).reshape(len(prompts), 3)
+        rows = []
+        for c, ids in zip(correct, completion_ids_list, strict=True):
+            truncated = not ids or ids[-1] not in self.eos_token_ids
+            repetition = repetition_rate(ids if truncated else ids[:-1])  # the text's tokens: trailing EOS dropped
+            rows.append(
+                [
+                    math.nan if c is None else float(c),
+                    len(ids),
+                    float(truncated),
+                    math.nan if repetition is None else repetition,
+                ]
+            )
+        return torch.tensor(rows, dtype=torch.float32).reshape(len(prompts), 4)
 
     def _outcome_column(self) -> int | None:
         for i, func in enumerate(self.reward_funcs):
@@ -330,7 +361,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         return None
 
     def _log_process_metrics(self, gathered: torch.Tensor, rewards_per_func: torch.Tensor) -> None:
-        correct_all, lengths_all, truncated_all = gathered.unbind(dim=1)
+        correct_all, lengths_all, truncated_all, repetition_all = gathered.unbind(dim=1)
         accuracy = _nanmean(correct_all)
         weights = self.reward_weights.cpu()
         scorable = ~torch.isnan(rewards_per_func).all(dim=1)  # TRL leaves rows no reward applies to out of `reward`
@@ -348,45 +379,19 @@ class ProcessGRPOTrainer(GRPOTrainer):
             corr = pearson(bonus[valid], lengths_all[valid])
             if corr is not None:
                 self._log_metric("hacking/bonus_length_corr", corr)
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        bonus_rewards = {self.reward_func_names[i]: rewards_per_func[:, i].tolist() for i in bonus_cols}
+        log_batch_monitors(self._log_metric, repetition_all.tolist(), lengths_all.tolist(), bonus_rewards, group_size)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        mode = "train" if self.model.training else "eval"
+        self.monitor.on_log(self._metrics[mode], self._logs, self.state.global_step, mode)
+        super().log(logs, start_time)
 
 
 def pearson(x: torch.Tensor, y: torch.Tensor) -> float | None:
-    """Pearson correlation of two 1-D tensors; None when undefined (fewer than 2 points or zero variance)."""
-    if x.numel() < 2:
-        return None
-    x, y = x.double() - x.double().mean(), y.double() - y.double().mean()
-    denom = math.sqrt(float((x * x).sum()) * float((y * y).sum()))
-    return None if denom == 0.0 else float((x * y).sum()) / denom
-
-
-def _check_step_reward_func(mode: str, step_reward_func, reward_funcs) -> None:
-    """Refuse a missing step scorer in process/mixed mode, a superfluous one in outcome mode, and a step scorer
-    that is also a TRL reward function (it would be counted twice)."""
-    if mode in ("process", "mixed") and step_reward_func is None:
-        raise ValueError(
-            f"advantage_mode={mode!r} needs a step scorer: ProcessGRPOTrainer(step_reward_func=...), a callable "
-            "returning one procrl.step_rewards.StepRewards (or None) per completion, e.g. "
-            "OutcomeStepRewards(). Or set advantage_mode: outcome."
-        )
-    if mode == "outcome" and step_reward_func is not None:
-        raise ValueError(
-            "step_reward_func is only used with advantage_mode 'process' or 'mixed' (a ProcessGRPOConfig field); "
-            "set one of them or drop step_reward_func."
-        )
-    if step_reward_func is None or reward_funcs is None:
-        return
-    owner = getattr(step_reward_func, "__self__", None)  # a bound method: its object may be the reward function
-    for func in reward_funcs if isinstance(reward_funcs, list | tuple) else [reward_funcs]:
-        if func is step_reward_func or (owner is not None and func is owner):
-            raise ValueError(
-                f"The step scorer {_func_name(step_reward_func)!r} is also one of reward_funcs: in advantage_mode "
-                f"{mode!r} it would be counted twice (scalar reward and process advantage). Remove it from "
-                "reward_funcs."
-            )
-
-
-def _func_name(func) -> str:
-    return getattr(func, "__name__", type(func).__name__)
+    """Pearson correlation of two 1-D tensors; None when undefined (fewer than 2 points or a constant one)."""
+    return correlation(x.double().tolist(), y.double().tolist())
 
 
 def _nanmean(values: torch.Tensor) -> float:

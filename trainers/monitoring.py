@@ -1,0 +1,247 @@
+"""What `ProcessGRPOTrainer` logs beyond TRL at every logging step: the reward-hacking monitors
+(`procrl.trainers.hacking`), the per-step scores in the completions table, and `completions.jsonl`.
+
+Metrics (TRL's `_log_metric` per generation batch, averaged per logging step; never NaN, a key is left out when its
+value is undefined):
+- `hacking/repetition_rate`: mean fraction of repeated 4-grams of the sampled completion ids (trailing EOS dropped;
+  completions with fewer than 4 tokens excluded).
+- `hacking/length_corr/<reward name>`: for each reward function except the outcome check, corr(reward, length in
+  tokens) within each prompt's group, averaged over the groups where it is defined.
+- `hacking/reward_accuracy_corr` (train logs only): the rolling correlation of TRL's `reward` (weighted reward mean)
+  with `task/accuracy` over the last `hacking_window` logging steps; a WARNING is logged when it turns negative
+  while the reward rises (`hacking.RewardAccuracyMonitor`).
+
+Completions table: TRL keeps the latest generation batch in `trainer._logs` (prompt, completion, one column per
+reward, advantage, and the `extra` columns that reward functions add through TRL's `log_extra`; grpo_trainer.py
+:2833-2845) and logs it to wandb/parquet when `log_completions` is on (:3323-3381). Per-step scores join it as
+`extra` columns, one value per completion (None = not applicable):
+- `process/step_rewards` (list of float, None = unscored step) and `process/step_ends` (token end of each step):
+  the step scorer's output in `advantage_mode: process | mixed`, logged by the trainer;
+- any column a reward function logs itself, e.g. StepGap's per-step labels (a list of label strings).
+Per-step values are lists of float with None for NaN, the form wandb's Table accepts (a NaN inside a list makes
+`wandb.Table` raise: wandb/sdk/data_types/table.py:645) and parquet stores as list<double>.
+`CompletionsLog` appends the same rows, bounded per step, to `<output_dir>/completions.jsonl` on the main process.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from procrl.step_rewards import StepRewards
+from procrl.trainers.hacking import RewardAccuracyMonitor, mean_repetition_rate, within_group_corr
+from procrl.utils import completion_to_text, get_logger, prompt_to_text
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "COMPLETIONS_FILE",
+    "CompletionsLog",
+    "MonitorArguments",
+    "TrainingMonitor",
+    "log_batch_monitors",
+    "step_reward_columns",
+]
+
+COMPLETIONS_FILE = "completions.jsonl"
+_FIXED_KEYS = ("step", "mode", "index", "prompt", "completion", "rewards", "advantage")
+
+
+@dataclass
+class MonitorArguments:
+    """The fields of `ProcessGRPOConfig` for the hacking monitors, `completions.jsonl` and the console line (a mixin:
+    `check_monitor_arguments` is called from `ProcessGRPOConfig.__post_init__`)."""
+
+    hacking_window: int = field(
+        default=10,
+        metadata={
+            "help": "Logging steps in the rolling reward-accuracy correlation (hacking/reward_accuracy_corr; a "
+            "warning is logged when it turns negative while the reward rises). >= 3."
+        },
+    )
+    completions_jsonl: bool = field(
+        default=True,
+        metadata={
+            "help": "Append the latest generation batch's completions to <output_dir>/completions.jsonl at every "
+            "logging step (step, prompt, completion, each reward, advantage, per-step scores or labels when the run "
+            "has them). Independent of TRL's log_completions (rich print, wandb table, parquet)."
+        },
+    )
+    completions_jsonl_per_step: int | None = field(
+        default=16,
+        metadata={
+            "help": "At most this many completions per logging step in completions.jsonl (the first rows of the "
+            "batch, i.e. whole prompt groups first); null = the whole generation batch. >= 1."
+        },
+    )
+    console_line: bool = field(
+        default=True,
+        metadata={
+            "help": "Log one readable line per logging step (step, loss, reward ± std, accuracy, length, rewards, "
+            "hacking monitors, s/step) instead of transformers' printed metrics dict; the full metrics still go to "
+            "log_history and the report_to backends. false = transformers' default output."
+        },
+    )
+
+    def check_monitor_arguments(self) -> None:
+        """Raises ValueError, with the fix, for `hacking_window` < 3 or `completions_jsonl_per_step` < 1."""
+        if isinstance(self.hacking_window, bool) or self.hacking_window < 3:
+            raise ValueError(
+                f"hacking_window={self.hacking_window} must be >= 3 logging steps (e.g. hacking_window: 10)."
+            )
+        if self.completions_jsonl_per_step is not None and self.completions_jsonl_per_step < 1:
+            raise ValueError(
+                f"completions_jsonl_per_step={self.completions_jsonl_per_step} must be >= 1, or null for the whole "
+                "batch; to write no completions.jsonl set completions_jsonl: false."
+            )
+
+
+def log_batch_monitors(log_metric, repetition, lengths, rewards, group_size: int) -> None:
+    """Log `hacking/repetition_rate` and `hacking/length_corr/<name>` for one generation batch (all ranks).
+
+    Args:
+        log_metric: TRL's `trainer._log_metric(name, value)`.
+        repetition: per-completion repetition rates `(N,)`, NaN = excluded.
+        lengths: completion lengths in tokens `(N,)`.
+        rewards: `{reward name: (N,) values, NaN = not applicable}` for the non-outcome rewards.
+        group_size: completions per prompt (the groups are consecutive blocks).
+    """
+    rate = mean_repetition_rate(repetition)
+    if rate is not None:
+        log_metric("hacking/repetition_rate", rate)
+    for name, values in rewards.items():
+        corr = within_group_corr(values, lengths, group_size)
+        if corr is not None:
+            log_metric(f"hacking/length_corr/{name}", corr)
+
+
+def step_reward_columns(step_rewards: list[StepRewards | None]) -> dict[str, list]:
+    """The completions-table columns of a step scorer's output: `process/step_rewards` (NaN -> None) and
+    `process/step_ends`, None for a completion the scorer does not apply to."""
+    return {
+        "process/step_rewards": [None if s is None else [_finite(v) for v in s.values] for s in step_rewards],
+        "process/step_ends": [None if s is None else [int(b) for b in s.boundaries] for s in step_rewards],
+    }
+
+
+class CompletionsLog:
+    """Appends completion rows to a JSONL file, one JSON object per line:
+    `{"step", "mode" ("train"|"eval"), "index" (row in the batch), "prompt" (text), "completion" (text),
+    "rewards": {name: float | None}, "advantage": float | None, <extra column>: value, ...}`; an extra column
+    named like a fixed key is written as `extra/<name>`. Non-finite floats become null (strict JSON).
+
+    Args:
+        path: the file (created with its directory on first write).
+        per_step: at most this many rows per `write` (the first ones); None = all.
+    """
+
+    def __init__(self, path: str | Path, per_step: int | None = 16):
+        self.path = Path(path)
+        self.per_step = per_step
+
+    def write(self, step: int, mode: str, logs: dict[str, Any]) -> int:
+        """Write the rows of TRL's `trainer._logs` (`prompt`, `completion`, `rewards`, `advantages`, `extra`);
+        returns how many. Columns whose length differs from the prompts' are left out with a warning (a reward
+        function that logged one column twice would otherwise shift every row)."""
+        prompts, completions = list(logs["prompt"]), list(logs["completion"])
+        n = len(prompts) if self.per_step is None else min(len(prompts), self.per_step)
+        columns = {"rewards": dict(logs["rewards"]), "extra": dict(logs["extra"])}
+        if len(logs["advantages"]) == len(prompts):
+            columns["advantage"] = {"advantage": logs["advantages"]}
+        for group in columns.values():
+            for name in [k for k, v in group.items() if len(v) != len(prompts)]:
+                logger.warning(
+                    "completions.jsonl: column %r has %d values for %d completions; left out of step %d",
+                    name,
+                    len(group.pop(name)),
+                    len(prompts),
+                    step,
+                )
+        rewards = {k: list(v) for k, v in columns["rewards"].items()}
+        extra = {(f"extra/{k}" if k in _FIXED_KEYS else k): list(v) for k, v in columns["extra"].items()}
+        advantages = list(columns["advantage"]["advantage"]) if "advantage" in columns else None
+        lines = []
+        for i in range(n):
+            row = {
+                "step": step,
+                "mode": mode,
+                "index": i,
+                "prompt": prompt_to_text(prompts[i]),
+                "completion": completion_to_text(completions[i]),
+                "rewards": {k: v[i] for k, v in rewards.items()},
+            }
+            if advantages is not None:
+                row["advantage"] = advantages[i]
+            row.update({k: v[i] for k, v in extra.items()})
+            lines.append(json.dumps(_json_safe(row), ensure_ascii=False, allow_nan=False, default=str))
+        if lines:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("".join(line + "\n" for line in lines))
+        return len(lines)
+
+
+class TrainingMonitor:
+    """The per-run state behind the monitors: the rolling reward-accuracy window, the completions log, and how many
+    generation batches were scored (so a logging step without a new batch writes no duplicate rows).
+
+    Built from the trainer's args with `MonitorArguments`' defaults for fields a plain `GRPOConfig` lacks."""
+
+    def __init__(self, args, is_main_process: bool = True):
+        self.reward_accuracy = RewardAccuracyMonitor(getattr(args, "hacking_window", 10))
+        self.completions = (
+            CompletionsLog(Path(args.output_dir) / COMPLETIONS_FILE, getattr(args, "completions_jsonl_per_step", 16))
+            if getattr(args, "completions_jsonl", True) and is_main_process
+            else None
+        )
+        self.is_main_process = is_main_process
+        self.batches = 0  # generation batches scored (incremented by the trainer's _calculate_rewards)
+        self._written = 0
+
+    def on_log(self, metrics: dict[str, list], logs: dict[str, Any], step: int, mode: str) -> None:
+        """Before TRL averages `metrics` (`trainer._metrics[mode]`, lists of per-batch values) into a log: add
+        `hacking/reward_accuracy_corr` (train only) and warn on a collapse; write the new completions (`logs` is
+        `trainer._logs`)."""
+        if mode == "train" and "reward" in metrics:
+            corr, warn = self.reward_accuracy.update(_mean(metrics.get("reward")), _mean(metrics.get("task/accuracy")))
+            if corr is not None:
+                metrics["hacking/reward_accuracy_corr"].append(corr)
+            if warn and self.is_main_process:
+                logger.warning(
+                    "step %d: reward rises while task accuracy does not follow (hacking/reward_accuracy_corr %.2f; "
+                    "%s). The reward may be hacked (the PUM paper's process-only collapse): check the completions and "
+                    "the non-outcome rewards.",
+                    step,
+                    corr,
+                    self.reward_accuracy.describe(),
+                )
+        if self.completions is not None and self.batches != self._written:
+            self._written = self.batches
+            try:
+                self.completions.write(step, mode, logs)
+            except OSError:  # telemetry must never stop training
+                logger.exception("could not write %s; training continues", self.completions.path)
+
+
+def _mean(values) -> float | None:
+    """TRL's averaging of one metric (NaN filtered out, grpo_trainer.py:3305-3312); None when nothing is left."""
+    valid = [v for v in values or [] if v is not None and not math.isnan(v)]
+    return math.fsum(valid) / len(valid) if valid else None
+
+
+def _finite(value) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _json_safe(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value
