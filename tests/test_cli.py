@@ -18,6 +18,7 @@ SUBCOMMANDS = {
     "select": "procrl.scripts.select",
     "beam": "procrl.scripts.beam",
     "stepgap-eval": "procrl.scripts.stepgap_eval",
+    "report": "procrl.scripts.report",
 }
 
 
