@@ -177,6 +177,12 @@ class PUMReward(PUMHolder):
                 per_step = pum.score_steps([problems[i] for i in keep], [texts[i] for i in keep])
                 # a fitting completion has every step scored; a NaN left makes the aggregate NaN, so None below
                 scores = [aggregate_step_values(row, self.mode) for row in per_step]
+                log_extra = kwargs.get("log_extra")  # per-step utilities in TRL's completions table
+                if callable(log_extra):
+                    column: list[list[float | None] | None] = [None] * n
+                    for i, row in zip(keep, per_step, strict=True):
+                        column[i] = [float(u) if math.isfinite(u) else None for u in row]
+                    log_extra(f"{self.__name__}/step_utilities", column)
             for i, score in zip(keep, scores, strict=True):
                 values[i] = float(score) if math.isfinite(score) else None
         log_metric = kwargs.get("log_metric")

@@ -272,6 +272,9 @@ class StepGapReward(_StepGapBase):
 
     def __call__(self, prompts, completions, completion_ids=None, *, golden_answers=None, search_trace=None, **kwargs):
         traces, labels, ems = self._score(prompts, completions, golden_answers, search_trace, kwargs.get("log_metric"))
+        log_extra = kwargs.get("log_extra")  # TRL's per-completion table column (procrl.trainers.monitoring)
+        if callable(log_extra):  # here only, not in _score: two StepGap functions would log the column twice
+            log_extra("stepgap/step_labels", [[lab.label for lab in row] for row in labels])
         return [
             None if em is None else stepgap_total(t, lab, em, self.config)
             for t, lab, em in zip(traces, labels, ems, strict=True)

@@ -54,6 +54,20 @@ def test_full_equals_last_and_min_is_at_most_last(pum):
     assert all(isinstance(v, float) and math.isfinite(v) for v in full + last + low)
 
 
+def test_step_utilities_go_to_the_completions_table(pum):
+    columns = {}
+    kw = dict(prompts=["ignored"] * 2, completions=[COMPLETION, "   "], question=[PROBLEM] * 2)
+    PUMReward(pum, "min")(**kw, log_extra=lambda k, v: columns.setdefault(k, v))
+    (name,) = columns
+    steps, blank = columns[name]
+    prefixes = ["Tom starts with 3 apples.\n\n", "Tom starts with 3 apples.\n\nHe buys 5 more, so 3 + 5 = 8.\n\n"]
+    assert name == "pum_utility_min/step_utilities" and blank is None  # no text: not scored
+    assert steps == pytest.approx(pum.score([PROBLEM] * 3, [*prefixes, COMPLETION]), abs=1e-4)  # U after each step
+    full = {}
+    PUMReward(pum, "full")(**kw, log_extra=lambda k, v: full.setdefault(k, v))
+    assert full == {}  # one value per completion: no per-step column
+
+
 def test_trailing_eos_is_stripped(pum, smollm2_tokenizer):
     eos = smollm2_tokenizer.eos_token
     reward = get_pum_reward(pum)

@@ -131,6 +131,14 @@ def test_trl_reward_function_and_metrics():
     assert reward.__name__ == "stepgap_reward"
 
 
+def test_per_step_labels_go_to_the_completions_table():
+    columns = {}
+    reward = StepGapReward(FakeVerifier([StepLabel("MB", bridge="Ermengarde"), StepLabel("NONE")]))
+    reward(["Question: q"] * 2, [COMPLETION, "I do not know."], [[1], [1]],
+           golden_answers=[["20 March 851"], ["x"]], log_extra=lambda k, v: columns.setdefault(k, v))  # fmt: skip
+    assert columns == {"stepgap/step_labels": [["MB", "NONE"], []]}  # one row per completion; no steps -> []
+
+
 def test_batch_without_steps_logs_no_label_shares():
     logged = {}
     reward = StepGapReward(FakeVerifier([]))
