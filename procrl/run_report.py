@@ -64,7 +64,7 @@ _SEED_IN_NAME = re.compile(r"(^|[,_\-+ ])seed[=_\-]?\d+")  # "reward=x,seed=1" -
 def wilson_interval(successes: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion successes/n (95% by default); (0, 1) when n = 0.
 
-    The same formula as `procrl.trainers.evaluation.wilson_interval` (a layer above core, so not importable here).
+    The one Wilson helper of procrl (`procrl.trainers.evaluation` and `trainers.offline` use it too).
 
     >>> [round(x, 4) for x in wilson_interval(7, 20)]
     [0.1812, 0.5671]

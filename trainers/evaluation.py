@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from procrl.generation import SamplingParams, eos_token_ids, generate_completions, render_prompts
+from procrl.run_report import wilson_interval  # re-exported: trainers.offline and tests import it from here
 from procrl.utils import check_reward_length, get_logger
 
 logger = get_logger(__name__)
@@ -56,21 +57,6 @@ class EvalResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    """Wilson score interval for a binomial proportion (95% by default); (0, 1) when n = 0.
-
-    >>> [round(x, 4) for x in wilson_interval(5, 10)]
-    [0.2366, 0.7634]
-    """
-    if n <= 0:
-        return 0.0, 1.0
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def evaluate(
