@@ -12,21 +12,30 @@ finished).
 
 Writes a JSON report (settings, accuracy with a 95% Wilson interval, every problem's answer and kept beams) to
 `--output` and prints the accuracy table. Problems whose gold answer cannot be parsed are left out of the accuracy
-and counted (`unparseable_gold`). The library: `procrl.trainers.beam_search` (`run_beam`).
+and counted (`unparseable_gold`). The run record `run.json` (`procrl.tracking`) goes into the report's folder, with
+the metrics `beam/accuracy` (also `ci_low`, `ci_high`, `correct`, `total`, `abstained`), `beam/rounds` and
+`beam/unparseable_gold`; also to wandb with `--report-to wandb`. The library: `procrl.trainers.beam_search`
+(`run_beam`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trl import TrlParser
 
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.tracking import TrackingArguments, numeric_metrics, track_run
 from procrl.trainers.beam_search import BeamConfig, run_beam
 from procrl.trainers.offline import format_accuracy_table
 
 
 def make_parser() -> TrlParser:
-    """`TrlParser` over `BeamConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored) override."""
-    return TrlParser((BeamConfig,), prog="procrl beam", description=__doc__, formatter_class=HelpFormatter)
+    """`TrlParser` over `BeamConfig` and `TrackingArguments` (`--report-to`): `--config x.yaml` sets the defaults,
+    flags (dashed or underscored) override."""
+    return TrlParser(
+        (BeamConfig, TrackingArguments), prog="procrl beam", description=__doc__, formatter_class=HelpFormatter
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,12 +43,22 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_or_exit(make_parser(), argv)  # BeamConfig.__post_init__, an unknown flag or --config key
     if parsed is None:
         return EXIT_USAGE
-    (config,) = parsed
+    config, tracking = parsed
     configure_logging()
-    result = run_beam(config)
+    output_dir = Path(config.output).parent
+    with track_run(output_dir, command="beam", argv=argv, configs=parsed, report_to=tracking.report_to) as record:
+        result = run_beam(config)
+        record.metrics = run_metrics(result)
     print(format_accuracy_table(result["results"]))
     print(f"report: {config.output}")
     return 0
+
+
+def run_metrics(result: dict) -> dict[str, float]:
+    """The run record's headline metrics of a `run_beam` result: the numbers of its one `results` row and of
+    `summary`, under `beam/`."""
+    (row,) = result["results"].values()
+    return numeric_metrics(row, "beam/") | numeric_metrics(result["summary"], "beam/")
 
 
 if __name__ == "__main__":

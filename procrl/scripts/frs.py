@@ -14,7 +14,10 @@ takes each trace's tail confidence from the generation's own raw logits, judges 
 - `traces.jsonl`: the sampled traces, written chunk by chunk; an interrupted run started again with the same
   settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
-  incorrect traces.
+  incorrect traces;
+- `run.json`: the run record (`procrl.tracking`): settings, git state, versions, machine, wall time and the headline
+  metrics `frs/score` (FRS@K of `--k`), `frs/at_k/<K>`, `frs/accuracy`, `frs/selection_gain`, `frs/rs_auc`,
+  `frs/judged`, `frs/unscored`, ... (`FRSReport.metrics`); also to wandb with `--report-to wandb`.
 
 `--judge local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
 default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
@@ -45,14 +48,18 @@ from __future__ import annotations
 
 from trl import TrlParser
 
+from procrl.rewards.frs import FRSReport
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.tracking import TrackingArguments, track_run
 from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
 
 
 def make_parser() -> TrlParser:
-    """`TrlParser` over `OfflineFRSConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored)
-    override."""
-    return TrlParser((OfflineFRSConfig,), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter)
+    """`TrlParser` over `OfflineFRSConfig` and `TrackingArguments` (`--report-to`): `--config x.yaml` sets the
+    defaults, flags (dashed or underscored) override."""
+    return TrlParser(
+        (OfflineFRSConfig, TrackingArguments), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,9 +68,24 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_or_exit(make_parser(), argv)  # OfflineFRSConfig.__post_init__, an unknown flag or --config key
     if parsed is None:
         return EXIT_USAGE
-    (args,) = parsed
-    print_summary(run_frs(args))
+    args, tracking = parsed
+    with track_run(args.output_dir, command="frs", argv=argv, configs=parsed, report_to=tracking.report_to) as record:
+        result = run_frs(args)
+        record.metrics = run_metrics(result)
+    print_summary(result)
     return 0
+
+
+def run_metrics(result: dict) -> dict[str, float]:
+    """The run record's headline metrics of a `run_frs` result: `FRSReport.metrics("frs/")` (score, at_k/<K>,
+    accuracy, accuracy_kept, selection_gain, rs_auc, judged, unscored, mean_confidence and the RS_expected twins; a
+    metric without a value is left out) plus `frs/n_traces` and `frs/n_scored`."""
+    report = result["report"]
+    return {
+        **FRSReport(**report).metrics("frs/"),
+        "frs/n_traces": report["n_traces"],
+        "frs/n_scored": report["n_scored"],
+    }
 
 
 def print_summary(result: dict) -> None:

@@ -19,21 +19,30 @@ slice and sampling settings (e.g. with another scorer, or once a PUM is trained)
 
 Writes a JSON report (settings, accuracy per scorer with a 95% Wilson interval, every problem's candidates and
 picks) to `--output` and prints the accuracy table. Problems whose gold answer cannot be parsed are left out of the
-accuracy and counted (`unparseable_gold`). The library: `procrl.trainers.selection` (`run_select`).
+accuracy and counted (`unparseable_gold`). The run record `run.json` (`procrl.tracking`) goes into the report's
+folder, with the metrics `select/<scorer>/accuracy` (also `ci_low`, `ci_high`, `correct`, `total`, `abstained`; the
+oracle row as `select/pass@N (oracle)/...`), `select/mean_sample_accuracy` and `select/unparseable_gold`; also to
+wandb with `--report-to wandb`. The library: `procrl.trainers.selection` (`run_select`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trl import TrlParser
 
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.tracking import TrackingArguments, numeric_metrics, track_run
 from procrl.trainers.offline import format_accuracy_table
 from procrl.trainers.selection import SelectConfig, run_select
 
 
 def make_parser() -> TrlParser:
-    """`TrlParser` over `SelectConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored) override."""
-    return TrlParser((SelectConfig,), prog="procrl select", description=__doc__, formatter_class=HelpFormatter)
+    """`TrlParser` over `SelectConfig` and `TrackingArguments` (`--report-to`): `--config x.yaml` sets the defaults,
+    flags (dashed or underscored) override."""
+    return TrlParser(
+        (SelectConfig, TrackingArguments), prog="procrl select", description=__doc__, formatter_class=HelpFormatter
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,12 +50,21 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_or_exit(make_parser(), argv)  # SelectConfig.__post_init__, an unknown flag or --config key
     if parsed is None:
         return EXIT_USAGE
-    (config,) = parsed
+    config, tracking = parsed
     configure_logging()
-    result = run_select(config)
+    output_dir = Path(config.output).parent
+    with track_run(output_dir, command="select", argv=argv, configs=parsed, report_to=tracking.report_to) as record:
+        result = run_select(config)
+        record.metrics = run_metrics(result)
     print(format_accuracy_table(result["results"]))
     print(f"report: {config.output}")
     return 0
+
+
+def run_metrics(result: dict) -> dict[str, float]:
+    """The run record's headline metrics of a `run_select` result: every number of each `results` row under
+    `select/<row>/`, and of `summary` under `select/`."""
+    return numeric_metrics(result["results"], "select/") | numeric_metrics(result["summary"], "select/")
 
 
 if __name__ == "__main__":

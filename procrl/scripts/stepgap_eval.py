@@ -11,12 +11,14 @@ Prints one table (`procrl.rewards.stepgap.evaluate.format_table`): the full tree
 the trivial baselines on the same steps (all-NONE, all-IE, random with the gold label shares: the mean over
 `--baseline-draws` seeded draws) and the paper's reference row (sF1 72.0, Q-F1 81.2, BA 60.6, strong judge; a
 constant). Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same
-table in Markdown) and `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply) into
-`--output-dir`. Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed only
-when P(entailment) >= p, `--nli-contradict-min p` contradicted only when P(contradiction) >= p
-(`procrl.rewards.stepgap.nli_rule.NLIThresholds`). `--no-constrain-quotes` lets the judge write a free quote
-(filtered by the verbatim check) instead of choosing one of the evidence's candidate spans. Multi-word flags are
-accepted with dashes or underscores.
+table in Markdown), `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply) and the
+run record `run.json` (`procrl.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`,
+`stepgap/typed_macro_f1`, step precision and recall, `stepgap/label_distribution/<label>`, the counts and
+`stepgap/judge_unscored`; also to wandb with `--report-to wandb`) into `--output-dir`. Without thresholds stages D/E
+take the NLI argmax; `--nli-entail-min p` makes a step entailed only when P(entailment) >= p,
+`--nli-contradict-min p` contradicted only when P(contradiction) >= p (`procrl.rewards.stepgap.nli_rule.NLIThresholds`).
+`--no-constrain-quotes` lets the judge write a free quote (filtered by the verbatim check) instead of choosing one of
+the evidence's candidate spans. Multi-word flags are accepted with dashes or underscores.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from procrl.rewards.stepgap.evaluate import (
 from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.tracking import REPORT_TO_HELP, TrackingArguments, numeric_metrics, track_run
 
 __all__ = ["StepGapEvalArguments", "main", "make_parser"]
 
@@ -94,8 +97,10 @@ class StepGapEvalArguments:
         default=BASELINE_DRAWS, metadata={"help": "draws of the random baseline (the table shows their mean)"}
     )
     seed: int = field(default=0, metadata={"help": "seed of the random baseline"})
+    report_to: list[str] = field(default_factory=lambda: ["none"], metadata={"help": REPORT_TO_HELP})
 
     def __post_init__(self) -> None:
+        self.report_to = TrackingArguments(self.report_to).report_to  # validated, a string made a list
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit {self.limit} must be >= 1 (the first N traces); leave it out for all of them.")
         for name in ("nli_batch_size", "max_tokens", "concurrency", "num_threads", "baseline_draws"):
@@ -129,6 +134,36 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     (args,) = parsed
     configure_logging()
+    with track_run(args.output_dir, command="stepgap-eval", argv=argv, configs=parsed, report_to=args.report_to) as run:
+        summary, rows = _evaluate(args)
+        run.metrics = run_metrics(summary)
+    print(f"StepGap verifier on {args.data}: {summary['n_questions']} questions, {summary['n_steps']} steps")
+    print(
+        f"judge {args.judge}, NLI {summary['nli']} ({summary['nli_thresholds']}); judge unscored: "
+        f"{summary['judge_unscored'] or 'none'}"
+    )
+    print(format_table(rows))
+    print(f"random: mean over {args.baseline_draws} draws (seed {args.seed}) with the gold label shares")
+    out_dir = Path(args.output_dir)
+    print(f"metrics: {out_dir / 'metrics.json'}  labels: {out_dir / 'labels.jsonl'}")
+    return 0
+
+
+def run_metrics(summary: dict) -> dict[str, float]:
+    """The run record's headline metrics of the summary `metrics.json` holds: the full tree's numbers (sF1,
+    step_precision, step_recall, Q-F1, BA, typed_macro_f1, label_distribution/<label>, n_steps, n_questions, n_error;
+    not the per-label table or the confusion matrix) and `judge_unscored` (the count of unscored judge results), under
+    `stepgap/`."""
+    full = {
+        k: v for k, v in summary["metrics"]["full"].items() if k not in ("per_label", "confusion", "gold_distribution")
+    }
+    unscored = sum(summary["judge_unscored"].values())
+    return numeric_metrics({**full, "judge_unscored": unscored}, "stepgap/")
+
+
+def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
+    """Judge, route and score; write metrics.json, table.md and labels.jsonl. Returns the summary and the table
+    rows."""
     data = load_annotated(args.data)
     if args.limit is not None:
         data = data[: args.limit]
@@ -190,15 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                     + "\n"
                 )
-    print(f"StepGap verifier on {args.data}: {summary['n_questions']} questions, {summary['n_steps']} steps")
-    print(
-        f"judge {args.judge}, NLI {summary['nli']} ({summary['nli_thresholds']}); judge unscored: "
-        f"{report['judge_unscored'] or 'none'}"
-    )
-    print(format_table(rows))
-    print(f"random: mean over {args.baseline_draws} draws (seed {args.seed}) with the gold label shares")
-    print(f"metrics: {out_dir / 'metrics.json'}  labels: {out_dir / 'labels.jsonl'}")
-    return 0
+    return summary, rows
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@
 (On CPU, `accelerate launch --num_processes 2 --cpu` starts only ONE process; use torchrun as above for two
 ranks.) The job: load the policy (`model_name_or_path: default` is the embedded SmolLM2-135M-Instruct), open the
 task, build its rewards, evaluate the policy greedily on the eval sets, train with `ProcessGRPOTrainer`, evaluate
-again, and write `summary.json` and `curves.png` into `output_dir`; the main process prints the report.
+again, and write `summary.json` and `curves.png` into `output_dir`; the main process prints the report. The run
+record `run.json` (`procrl.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir` too, with
+`run_metrics` (task accuracy after and before training, the last logged reward, reward components, length and
+`process/`, `frs/`, `hacking/`, `stepgap/` keys) and the trainer's log history.
 
 Settings (`TrlParser`: `--config x.yaml`, flags override it, `--a_b` or `--a-b`): `GRPOScriptArguments` (below:
 task, data, prompt, rewards), `MathTaskArguments`, `SearchTaskArguments` (`procrl.trainers.tasks.arguments`),
@@ -34,6 +37,7 @@ from procrl.data_builders.datasets import BUILTIN_DATASETS
 from procrl.reporting import format_table
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.tracking import history_from_log, track_run
 from procrl.trainers.callbacks import FRSArguments
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.tasks.arguments import SEARCH_TEMPLATES, MathTaskArguments, SearchTaskArguments
@@ -290,6 +294,46 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
+# Log-history keys whose LAST logged value is a headline metric of the run record (by name, then by prefix)
+LAST_LOGGED_KEYS = ("reward", "completions/mean_length")
+LAST_LOGGED_PREFIXES = ("process/", "frs/", "hacking/", "stepgap/")
+
+
+def run_metrics(summary: dict) -> dict[str, float]:
+    """The run record's headline metrics of a GRPO summary (flat numbers).
+
+    - `eval/<set>/accuracy`, `.../correct`, `.../n` after training and `.../accuracy_before` for every eval set, and
+      the first set's as `task/accuracy`, `task/correct`, `task/n`, `task/accuracy_before` (none with task=search or
+      run_eval false; `correct` = accuracy x n, the evaluation's own count);
+    - from TRL's `log_history`, the last logged value of `reward`, `completions/mean_length`, every
+      `rewards/<name>/mean` and every `process/`, `frs/`, `hacking/` and `stepgap/` (label shares) key (FRS is
+      logged only every frs_every_n_steps, so "last" is per key).
+    """
+    metrics: dict[str, float] = {}
+    after = {row["name"]: row for row in summary["after"]}
+    before = {row["name"]: row for row in summary["before"]}
+    for i, name in enumerate([*after, *(name for name in before if name not in after)]):
+        values = {}
+        if name in after:
+            row = after[name]
+            values = {"accuracy": row["accuracy"], "correct": round(row["accuracy"] * row["n"]), "n": row["n"]}
+        if name in before:
+            values["accuracy_before"] = before[name]["accuracy"]
+        metrics.update({f"eval/{name}/{key}": value for key, value in values.items()})
+        if i == 0:
+            metrics.update({f"task/{key}": value for key, value in values.items()})
+    for entry in summary["log_history"]:
+        for key, value in entry.items():
+            wanted = (
+                key in LAST_LOGGED_KEYS
+                or key.startswith(LAST_LOGGED_PREFIXES)
+                or (key.startswith("rewards/") and key.endswith("/mean"))
+            )
+            if wanted and isinstance(value, int | float) and not isinstance(value, bool):
+                metrics[key] = value
+    return metrics
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse `--config x.yaml` plus flag overrides, run the job and print its report (main process); returns the
     exit status (0 on success, 2 on bad settings, with the message)."""
@@ -298,7 +342,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     job = GRPOJob(*parsed)
     configure_logging()
-    summary = run(job)
+    training = job.training
+    with track_run(
+        training.output_dir,
+        command="train-grpo",
+        argv=argv,
+        configs=parsed,
+        report_to=training.report_to,
+        name=training.run_name,
+    ) as record:
+        summary = run(job)
+        record.metrics = run_metrics(summary)
+        record.history = history_from_log(summary["log_history"])
     if job.training.process_index == 0:
         print(format_summary(summary))
     return 0

@@ -13,7 +13,11 @@
 The flags are the fields of `PUMScriptArguments` and `PUMTrainingConfig` (`procrl.trainers.pum_training`) and of
 TRL's `ModelConfig`; `--config x.yaml` sets them from a file and flags override it. The job itself (split by
 problem, render, Bradley-Terry with margin, held-out evaluation, outputs) is `procrl.trainers.pum_training.train`;
-this command prints its held-out table on rank 0, or one error line (exit status 2) for a missing pair set.
+this command prints its held-out table on rank 0, or one error line (exit status 2) for a missing pair set. The
+run record `run.json` (`procrl.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir`, with the
+last logged value of every `eval_*` key (eval_loss, eval_pairwise_accuracy[_<type>], ...), the held-out summary as
+`pum/heldout_accuracy`, `pum/heldout_accuracy_before`, `pum/heldout_n`, `pum/heldout/<type>/accuracy`,
+`pum/length_baseline_accuracy`, `pum/train_loss`, `pum/steps`, and the trainer's log history.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 from trl import ModelConfig, TrlParser
 
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
+from procrl.tracking import history_from_log, track_run
 from procrl.trainers.pum_data import PairsNotFoundError
 from procrl.trainers.pum_training import PUMScriptArguments, PUMTrainingConfig, train
 
@@ -85,12 +90,42 @@ def main(argv: list[str] | None = None) -> int:
     script_args, training_args, model_args = parsed
     configure_logging()
     try:
-        summary = train(script_args, training_args, model_args)
-    except PairsNotFoundError as error:
+        with track_run(
+            training_args.output_dir,
+            command="train-pum",
+            argv=argv,
+            configs=parsed,
+            report_to=training_args.report_to,
+            name=training_args.run_name,
+        ) as record:
+            summary = train(script_args, training_args, model_args)
+            record.metrics = run_metrics(summary)
+            record.history = history_from_log(summary["log_history"])
+    except PairsNotFoundError as error:  # the record says failed, with this error
         return usage_error(PROG, error)
     if training_args.process_index == 0:
         print(format_summary(summary))
     return 0
+
+
+def run_metrics(summary: dict) -> dict[str, float]:
+    """The run record's headline metrics of a PUM training summary (module docstring); a value that was not
+    measured (no held-out pairs, no evaluation before training) is left out."""
+    metrics: dict[str, float] = {}
+    for entry in summary["log_history"]:  # the last logged value of each eval key
+        metrics.update({k: v for k, v in entry.items() if k.startswith("eval_") and isinstance(v, int | float)})
+    heldout = summary["heldout"]
+    after, before, baseline = heldout["after"] or {}, heldout["before"] or {}, heldout["length_baseline"] or {}
+    values = {
+        "pum/heldout_accuracy": after.get("accuracy"),
+        "pum/heldout_accuracy_before": before.get("accuracy"),
+        "pum/heldout_n": after.get("n"),
+        "pum/length_baseline_accuracy": baseline.get("accuracy"),
+        **{f"pum/heldout/{kind}/accuracy": row.get("accuracy") for kind, row in after.get("by_type", {}).items()},
+        "pum/train_loss": summary["train"]["train_loss"],
+        "pum/steps": summary["train"]["steps"],
+    }
+    return metrics | {k: v for k, v in values.items() if v is not None}
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ def test_interrupted_generation_resumes_with_the_same_traces(tmp_path, tiny_mode
 def test_a_config_file_sets_the_defaults_and_flags_override_it(tmp_path):
     config = tmp_path / "frs.yaml"
     config.write_text("n: 4\nk_values: '10,50'\njudge: none\nestimator: bins\n")
-    (args,) = make_parser().parse_args_and_config(args=["--config", str(config), "--k-values", "20,30", "--top_k", "5"])
+    args, _ = make_parser().parse_args_and_config(args=["--config", str(config), "--k-values", "20,30", "--top_k", "5"])
     assert (args.n, args.k_values, args.judge, args.estimator, args.top_k) == (4, "20,30", "none", "bins", 5)
     assert args.frs_config().k_values == (10.0, 20.0, 30.0)  # the headline K (10) joins the curve
     with pytest.raises(SystemExit):  # argparse refuses an unknown choice (exit status 2)
@@ -109,7 +109,7 @@ def test_a_config_file_sets_the_defaults_and_flags_override_it(tmp_path):
     ],
 )
 def test_the_correctness_flag_option(argv, sees):
-    (args,) = make_parser().parse_args_and_config(args=argv)
+    args, _ = make_parser().parse_args_and_config(args=argv)
     assert args.judge_sees_correctness is sees
     assert args.frs_config().judge_sees_correctness is sees
     assert args.frs_config().k_values == (10, 20, 30, 40, 50)  # the whole FRS curve by default

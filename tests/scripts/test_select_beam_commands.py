@@ -127,10 +127,10 @@ def test_help_prints_the_usage_and_exits_0(main, command, capsys):
 def test_config_file_sets_defaults_and_flags_override(tmp_path):
     config = tmp_path / "select.yaml"
     config.write_text("scorer: majority,random\nn: 4\nmax_new_tokens: 32\ndataset: gsm8k\n")
-    (args,) = make_select_parser().parse_args_and_config(["--config", str(config), "--n", "6", "--top-p", "0.9"])
+    args, _ = make_select_parser().parse_args_and_config(["--config", str(config), "--n", "6", "--top-p", "0.9"])
     assert (args.scorers, args.n, args.max_new_tokens, args.dataset, args.top_p) == (["majority", "random"], 6, 32,
                                                                                      "gsm8k", 0.9)  # fmt: skip
     beam = tmp_path / "beam.yaml"
     beam.write_text("pum: some/pum\nbeams: 8\n")
-    (args,) = make_beam_parser().parse_args_and_config(["--config", str(beam), "--max_step_tokens", "16"])
+    args, _ = make_beam_parser().parse_args_and_config(["--config", str(beam), "--max_step_tokens", "16"])
     assert (args.pum, args.beams, args.expand, args.max_step_tokens) == ("some/pum", 8, 4, 16)

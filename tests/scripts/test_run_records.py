@@ -1,0 +1,184 @@
+"""The run record (`run.json`, `procrl.tracking`) of the result commands: `procrl select`, `procrl frs` and `procrl
+beam` end to end on a tiny random policy (the record's metrics equal the numbers of the command's own JSON report; a
+failing command leaves a failed record), and each command's `run_metrics` on a hand-made result."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from procrl.scripts import beam, build_pum_data, frs, select, stepgap_eval, train_grpo, train_pum
+
+TINY = ["--device", "cpu", "--no-progress", "--generation-backend", "transformers"]
+ACCURACY_KEYS = ("accuracy", "ci_low", "ci_high", "correct", "total", "abstained")
+
+
+@pytest.fixture(autouse=True)
+def _main_process(monkeypatch):
+    for name in ("RANK", "LOCAL_RANK", "PROCRL_VARIANT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_select_writes_a_record_with_the_reports_accuracies(tmp_path, tiny_model_dir, monkeypatch):
+    monkeypatch.setenv("PROCRL_VARIANT", json.dumps({"sweep": "bon", "name": "n2", "parameters": {"n": 2}, "seed": 0}))
+    out = tmp_path / "sel" / "select.json"
+    argv = [*TINY, "--model", str(tiny_model_dir), "--dataset", "svamp", "--end", "2", "--n", "2",
+            "--max-new-tokens", "4", "--batch-size", "4", "--scorer", "majority,random", "--output", str(out)]  # fmt: skip
+    assert select.main(argv) == 0
+    report = json.loads(out.read_text())
+    record = json.loads((out.parent / "run.json").read_text())
+    assert record["command"] == "select" and record["status"] == "finished" and record["argv"] == argv
+    assert record["variant"]["name"] == "n2" and record["history"] == []
+    assert record["config"]["SelectConfig"]["n"] == 2 and record["config"]["SelectConfig"]["output"] == str(out)
+    assert record["config"]["TrackingArguments"] == {"report_to": ["none"]}
+    expected = {
+        f"select/{row}/{key}": report["results"][row][key] for row in report["results"] for key in ACCURACY_KEYS
+    }
+    expected |= {f"select/{key}": value for key, value in report["summary"].items()}
+    assert record["metrics"] == expected
+    assert set(report["results"]) == {"majority", "random", "pass@2 (oracle)"}  # so every row was compared
+
+
+def test_frs_writes_a_record_with_the_reports_numbers(tmp_path, tiny_model_dir):
+    out = tmp_path / "frs"
+    argv = [*TINY, "--model", str(tiny_model_dir), "--end", "2", "--n", "2", "--max-new-tokens", "4",
+            "--batch-size", "4", "--judge", "none", "--output-dir", str(out)]  # fmt: skip
+    assert frs.main(argv) == 0
+    report = json.loads((out / "frs.json").read_text())["report"]
+    metrics = json.loads((out / "run.json").read_text())["metrics"]
+    assert metrics["frs/n_traces"] == report["n_traces"] == 4
+    assert metrics["frs/accuracy"] == report["accuracy"] and metrics["frs/judged"] == report["n_judged"] == 0
+    assert metrics["frs/mean_confidence"] == pytest.approx(report["mean_confidence"])
+    assert metrics["frs/unscored"] == 0 and metrics["frs/n_scored"] == 0
+    assert "frs/score" not in metrics and "frs/rs_auc" not in metrics  # nothing judged: not measured, not 0
+
+
+def test_a_failing_command_leaves_a_failed_record(tmp_path, tiny_model_dir):
+    out = tmp_path / "beam" / "beam.json"
+    argv = [*TINY, "--model", str(tiny_model_dir), "--end", "1", "--pum", str(tmp_path / "no-such-pum"),
+            "--output", str(out)]  # fmt: skip
+    with pytest.raises(Exception) as raised:
+        beam.main(argv)
+    record = json.loads((out.parent / "run.json").read_text())
+    assert record["status"] == "failed" and record["command"] == "beam"
+    assert record["error"].startswith(f"{type(raised.value).__name__}: ") and record["finished_at"] is not None
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# run_metrics of each command on hand-made results
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _eval_row(name, n, correct):
+    return {"name": name, "n": n, "accuracy": correct / n, "mean_reward": 0.0, "mean_length": 10.0}
+
+
+def test_train_grpo_metrics():
+    summary = {
+        "before": [_eval_row("svamp[700:850]", 150, 30), _eval_row("gsm8k[0:50]", 50, 5)],
+        "after": [_eval_row("svamp[700:850]", 150, 45), _eval_row("gsm8k[0:50]", 50, 7)],
+        "log_history": [
+            {"step": 1, "reward": 0.2, "rewards/outcome_reward/mean": 0.1, "rewards/outcome_reward/std": 0.3,
+             "completions/mean_length": 80.0, "frs/score": 40.0, "task/accuracy": 0.1, "loss": 0.5},
+            {"step": 2, "reward": 0.4, "rewards/outcome_reward/mean": 0.3, "completions/mean_length": 70.0,
+             "hacking/repetition_rate": 0.05, "process/mean_step_reward": 0.2, "stepgap/label_share/CC": 0.25,
+             "note": "text"},
+            {"step": 2, "train_runtime": 12.0, "train_loss": 0.4},
+        ],
+    }  # fmt: skip
+    assert train_grpo.run_metrics(summary) == {
+        "eval/svamp[700:850]/accuracy": 0.3, "eval/svamp[700:850]/correct": 45, "eval/svamp[700:850]/n": 150,
+        "eval/svamp[700:850]/accuracy_before": 0.2,
+        "eval/gsm8k[0:50]/accuracy": 0.14, "eval/gsm8k[0:50]/correct": 7, "eval/gsm8k[0:50]/n": 50,
+        "eval/gsm8k[0:50]/accuracy_before": 0.1,
+        "task/accuracy": 0.3, "task/correct": 45, "task/n": 150, "task/accuracy_before": 0.2,  # the first set
+        "reward": 0.4, "rewards/outcome_reward/mean": 0.3, "completions/mean_length": 70.0,  # the last logged
+        "frs/score": 40.0,  # logged at step 1 only: its last value
+        "hacking/repetition_rate": 0.05, "process/mean_step_reward": 0.2, "stepgap/label_share/CC": 0.25,
+    }  # fmt: skip
+
+
+def test_train_grpo_metrics_without_evaluation():
+    summary = {"before": [], "after": [], "log_history": [{"step": 1, "reward": math.nan}]}
+    metrics = train_grpo.run_metrics(summary)
+    assert list(metrics) == ["reward"] and math.isnan(metrics["reward"])  # run.json writes it as null
+
+
+def test_train_pum_metrics():
+    after = {"accuracy": 0.75, "n": 40, "by_type": {"vertical": {"accuracy": 0.8, "n": 30}, "horizontal":
+             {"accuracy": 0.6, "n": 10}}}  # fmt: skip
+    summary = {
+        "heldout": {"after": after, "before": {"accuracy": 0.5, "n": 40, "by_type": {}},
+                    "length_baseline": {"accuracy": 0.55}},
+        "train": {"train_loss": 0.6, "steps": 12},
+        "log_history": [{"step": 5, "eval_loss": 0.7, "eval_pairwise_accuracy": 0.6},
+                        {"step": 12, "eval_loss": 0.65, "eval_pairwise_accuracy": 0.75, "loss": 0.5}],
+    }  # fmt: skip
+    assert train_pum.run_metrics(summary) == {
+        "eval_loss": 0.65, "eval_pairwise_accuracy": 0.75, "pum/heldout_accuracy": 0.75,
+        "pum/heldout_accuracy_before": 0.5, "pum/heldout_n": 40, "pum/length_baseline_accuracy": 0.55,
+        "pum/heldout/vertical/accuracy": 0.8, "pum/heldout/horizontal/accuracy": 0.6,
+        "pum/train_loss": 0.6, "pum/steps": 12,
+    }  # fmt: skip
+    no_eval = {**summary, "heldout": {"after": None, "before": None, "length_baseline": None}, "log_history": []}
+    assert train_pum.run_metrics(no_eval) == {"pum/train_loss": 0.6, "pum/steps": 12}  # nothing held out
+
+
+def test_build_pum_data_metrics():
+    stats = {"problems": 10, "prefixes": 42, "pairs": {"vertical": 7}, "students": ["a", "b"], "tokens_generated": 900,
+             "rollouts": {"per_student": 200, "total": 400, "generated_this_run": 300, "from_cache": 100}}  # fmt: skip
+    assert build_pum_data.run_metrics(stats) == {
+        "pum_data/pairs/vertical": 7, "pum_data/pairs/horizontal": 0, "pum_data/pairs/total": 7,  # none horizontal
+        "pum_data/problems": 10, "pum_data/prefixes": 42, "pum_data/rollouts/per_student": 200,
+        "pum_data/rollouts/total": 400, "pum_data/rollouts/generated_this_run": 300, "pum_data/rollouts/from_cache": 100,
+        "pum_data/tokens_generated": 900,
+    }  # fmt: skip
+
+
+def test_stepgap_eval_metrics():
+    full = {"sF1": 0.5, "step_precision": 0.4, "step_recall": 0.6, "Q-F1": 0.7, "BA": 0.55, "typed_macro_f1": 0.3,
+            "per_label": {"CC": {"f1": 0.1}}, "confusion": {"CC": {"CC": 1}}, "gold_distribution": {"CC": 0.5},
+            "label_distribution": {"NONE": 0.75, "CC": 0.25}, "n_steps": 8, "n_questions": 3, "n_error": 1}  # fmt: skip
+    summary = {"metrics": {"full": full, "-A": {"sF1": 0.1}}, "judge_unscored": {"timeout": 2, "refusal": 1}}
+    assert stepgap_eval.run_metrics(summary) == {
+        "stepgap/sF1": 0.5, "stepgap/step_precision": 0.4, "stepgap/step_recall": 0.6, "stepgap/Q-F1": 0.7,
+        "stepgap/BA": 0.55, "stepgap/typed_macro_f1": 0.3, "stepgap/label_distribution/NONE": 0.75,
+        "stepgap/label_distribution/CC": 0.25, "stepgap/n_steps": 8, "stepgap/n_questions": 3, "stepgap/n_error": 1,
+        "stepgap/judge_unscored": 3,
+    }  # fmt: skip
+
+
+def test_beam_metrics():
+    row = {"accuracy": 0.5, "ci_low": 0.1, "ci_high": 0.9, "correct": 1, "total": 2, "abstained": 0}
+    result = {"results": {"beam B=4 k=4": row}, "summary": {"rounds": 3, "unparseable_gold": 0}}
+    assert beam.run_metrics(result) == {**{f"beam/{k}": v for k, v in row.items()}, "beam/rounds": 3,
+                                        "beam/unparseable_gold": 0}  # fmt: skip
+
+
+@pytest.mark.slow  # trains (one GRPO step of a tiny random policy, a few seconds unloaded)
+def test_train_grpo_writes_a_record_with_its_evaluation_and_history(tmp_path, tiny_model_dir):
+    out = tmp_path / "grpo"
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out), "--dataset_end", "2",
+            "--reward_funcs", "outcome", "--max_steps", "1", "--num_generations", "2", "--per_device_train_batch_size",
+            "2", "--max_completion_length", "6", "--eval_sets", "svamp:700:703:4", "gsm8k:0:2:4", "--logging_steps",
+            "1", "--report_to", "none", "--use_cpu", "true", "--bf16", "false", "--generation_backend",
+            "transformers"]  # fmt: skip
+    assert train_grpo.main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    record = json.loads((out / "run.json").read_text())
+    assert record["command"] == "train-grpo" and record["status"] == "finished"
+    assert set(record["config"]) == {"GRPOScriptArguments", "MathTaskArguments", "SearchTaskArguments",
+                                     "FRSArguments", "ProcessGRPOConfig", "ModelConfig"}  # fmt: skip
+    assert record["config"]["ProcessGRPOConfig"]["max_steps"] == 1
+    metrics = record["metrics"]
+    first, second = summary["after"]
+    assert (metrics["task/accuracy"], metrics["task/n"]) == (first["accuracy"], first["n"]) and first["n"] == 3
+    assert metrics["task/accuracy_before"] == summary["before"][0]["accuracy"]
+    assert metrics[f"eval/{second['name']}/n"] == 2
+    logged = [row for row in summary["log_history"] if "reward" in row]
+    assert metrics["reward"] == pytest.approx(logged[-1]["reward"])
+    assert metrics["rewards/outcome_reward/mean"] == pytest.approx(logged[-1]["rewards/outcome_reward/mean"])
+    assert [row["step"] for row in record["history"]] == [row["step"] for row in summary["log_history"]]
