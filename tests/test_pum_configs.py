@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import pytest
-import yaml
 
+from procrl.scripts._common import load_config, resolved_config_args
 from procrl.scripts.build_pum_data import make_parser as make_build_parser
 from procrl.scripts.train_pum import make_parser as make_train_parser
 
@@ -21,14 +21,14 @@ def test_the_configs_are_found():
 @pytest.mark.parametrize("path", BUILD_CONFIGS, ids=lambda p: p.name)
 def test_build_config_parses(path):
     # parsing raises on a field the dataclass lacks, and __post_init__ on invalid values
-    (config,) = make_build_parser().parse_args_and_config(["--config", str(path)])
-    assert config.output_dir == yaml.safe_load(path.read_text())["output_dir"]  # the file, not the defaults
+    with resolved_config_args(["--config", str(path)]) as args:  # a thin override's `base:` resolved
+        (config,) = make_build_parser().parse_args_and_config(args)
+    assert config.output_dir == load_config(path)["output_dir"]  # the file (its `base:` resolved), not the defaults
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS, ids=lambda p: p.name)
 def test_train_config_parses(path, tmp_path):
     # output_dir is redirected so parsing creates nothing in the repository
-    script_args, training_args, model_args = make_train_parser().parse_args_and_config(
-        ["--config", str(path), "--output_dir", str(tmp_path / "out")]
-    )
-    assert script_args.dataset_name == yaml.safe_load(path.read_text())["dataset_name"]  # the file, not the defaults
+    with resolved_config_args(["--config", str(path), "--output_dir", str(tmp_path / "out")]) as args:
+        script_args, training_args, model_args = make_train_parser().parse_args_and_config(args)
+    assert script_args.dataset_name == load_config(path)["dataset_name"]  # the file, not the defaults
