@@ -65,6 +65,8 @@ class ReportArguments:
             raise ValueError(
                 "give at least one RUN_DIR or a SWEEP_DIR: procrl report runs/sweeps/<name> (or --paths DIR ...)"
             )
+        if self.title is not None and ("\n" in self.title or not self.title.strip()):
+            raise ValueError(f"--title {self.title!r} must be one non-empty line (it is the report's heading)")
 
 
 def make_parser() -> TrlParser:
@@ -79,6 +81,8 @@ def paths_as_flag(argv: list[str]) -> list[str]:
     ['--paths', 'runs/a', 'runs/b', '--title', 'T', '--finished-only']
     >>> paths_as_flag(["--finished-only", "true", "--paths", "x"])  # a bool flag's own word stays with it
     ['--paths', 'x', '--finished-only', 'true']
+    >>> paths_as_flag(["runs/a", "--bogus", "1"])  # an unknown flag's value is not a path
+    ['--paths', 'runs/a', '--bogus', '1']
     """
     paths, rest, i = [], [], 0
     while i < len(argv):
@@ -95,6 +99,10 @@ def paths_as_flag(argv: list[str]) -> list[str]:
             pass
         elif word.startswith("-"):
             rest.append(word)
+            known = word.split("=", 1)[0] in {*_VALUE_FLAGS, *_BOOL_FLAGS, "-h", "--help"}
+            if not known and "=" not in word and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                rest.append(argv[i + 1])  # an unknown flag keeps its value: argparse reports both
+                i += 1
         else:
             paths.append(word)
         i += 1
