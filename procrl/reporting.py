@@ -63,8 +63,10 @@ def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> P
 
 
 def finish_wandb_run(summary: dict) -> str | None:
-    """Add the before/after numbers of a GRPO `summary` to the active wandb run (if any), close it and return its
-    local directory (None without wandb or a run): `before/<set>/accuracy`, `.../mean_reward`, `.../mean_length`."""
+    """Add the before/after numbers of a GRPO `summary` to the active wandb run (if any) and return its local
+    directory (None without wandb or a run): `before/<set>/accuracy`, `.../mean_reward`, `.../mean_length`. The run
+    stays open: `procrl.tracking.track_run` adds the run record's metrics and finishes it (wandb's own exit hook
+    does, without it)."""
     try:
         import wandb  # optional heavy dependency: only when a run reports to wandb
     except ImportError:
@@ -76,6 +78,4 @@ def finish_wandb_run(summary: dict) -> str | None:
         for result in summary[stage]:
             for key in ("accuracy", "mean_reward", "mean_length"):
                 run.summary[f"{stage}/{result['name']}/{key}"] = result[key]
-    directory = str(Path(run.dir).parent)
-    run.finish()
-    return directory
+    return str(Path(run.dir).parent)

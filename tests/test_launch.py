@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from procrl.run_records import load_wandb_run
+
 pytestmark = pytest.mark.slow  # every test here starts a subprocess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,16 +22,27 @@ CONFIG = ROOT / "configs" / "grpo" / "svamp_smollm2_picsar.yaml"
 
 def _flags(model_dir, out_dir, report_to="none"):
     return [
-        "--config", str(CONFIG),
-        "--model_name_or_path", str(model_dir),
-        "--output_dir", str(out_dir),
-        "--max_steps", "1",
-        "--num_generations", "2",
-        "--per_device_train_batch_size", "2",
-        "--max_completion_length", "8",
-        "--eval_sets", "svamp:700:702:8", "gsm8k:0:2:8",
-        "--eval_batch_size", "2",
-        "--report_to", report_to,
+        "--config",
+        str(CONFIG),
+        "--model_name_or_path",
+        str(model_dir),
+        "--output_dir",
+        str(out_dir),
+        "--max_steps",
+        "1",
+        "--num_generations",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--max_completion_length",
+        "8",
+        "--eval_sets",
+        "svamp:700:702:8",
+        "gsm8k:0:2:8",
+        "--eval_batch_size",
+        "2",
+        "--report_to",
+        report_to,
     ]
 
 
@@ -51,24 +64,45 @@ def _summary(out_dir):
 
 def test_python_train_grpo_with_wandb_offline(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
-    proc = _run([sys.executable, "train_grpo.py", *_flags(tiny_model_dir, out, "wandb")], tmp_path, WANDB_MODE="offline")
+    proc = _run(
+        [sys.executable, "train_grpo.py", *_flags(tiny_model_dir, out, "wandb")], tmp_path, WANDB_MODE="offline"
+    )
     summary = _summary(out)
     assert summary["world_size"] == 1
     assert summary["wandb_dir"] and Path(summary["wandb_dir"]).is_dir()
     assert "accuracy [95% CI]" in proc.stdout  # the before/after table is printed
+    record = json.loads((out / "run.json").read_text())
+    assert record["status"] == "finished" and record["command"] == "train-grpo"
+    # one wandb run, finished by procrl.tracking after the record's metrics went into its summary
+    wandb_run = load_wandb_run(summary["wandb_dir"])
+    assert wandb_run["status"] == "finished"
+    assert wandb_run["metrics"]["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])
 
 
 def test_accelerate_launch(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
-    _run([str(BIN / "accelerate"), "launch", "--cpu", "--num_processes", "1", "train_grpo.py", *_flags(tiny_model_dir, out)],
-         tmp_path)
+    _run(
+        [
+            str(BIN / "accelerate"),
+            "launch",
+            "--cpu",
+            "--num_processes",
+            "1",
+            "train_grpo.py",
+            *_flags(tiny_model_dir, out),
+        ],
+        tmp_path,
+    )
     assert _summary(out)["world_size"] == 1
 
 
 def test_two_cpu_ranks_with_torchrun(tmp_path, tiny_model_dir):
     out = tmp_path / "out"
-    _run([str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "train_grpo.py", *_flags(tiny_model_dir, out)],
-         tmp_path, ACCELERATE_USE_CPU="True")
+    _run(
+        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "train_grpo.py", *_flags(tiny_model_dir, out)],
+        tmp_path,
+        ACCELERATE_USE_CPU="True",
+    )
     assert _summary(out)["world_size"] == 2
 
 
