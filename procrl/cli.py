@@ -23,6 +23,8 @@ procrl stepgap-eval --data annotated.jsonl --judge local
                              StepGap verifier metrics and stage ablations on an annotated set
 procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
                              Search-R1-style retrieval server (POST /retrieve) over a bm25s index
+procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
+                             a sweep file's variants: wandb sweep + agent, or offline one after another (resumable)
 procrl report SWEEP_DIR | RUN_DIR... [--output-dir D] [--title T] [--finished-only]
                              markdown table + plots (report.md, curves.png) from run.json files / offline wandb runs
 """
@@ -60,6 +62,7 @@ COMMANDS = {
         "StepGap verifier metrics (sF1, Q-F1, balanced accuracy, ablations)",
     ),
     "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
+    "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from run.json files / offline wandb runs (no server)"),
 }
 

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "beam": "procrl.scripts.beam",
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",
+    "sweep": "procrl.scripts.sweep",
 }
 
 

@@ -23,13 +23,13 @@ from trl import TrlParser
 
 from procrl.data_builders.pum_math import PUMMathConfig, build_pum_math
 from procrl.data_builders.pum_math.config import PAIR_TYPES
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 from procrl.tracking import numeric_metrics, track_run
 
 
 def make_parser() -> TrlParser:
     """`TrlParser` over `PUMMathConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored) override."""
-    return TrlParser(
+    return ConfigParser(
         (PUMMathConfig,),
         prog="procrl build-pum-data",
         description=__doc__,

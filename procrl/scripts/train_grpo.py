@@ -31,12 +31,12 @@ import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from procrl.data_builders.datasets import BUILTIN_DATASETS
 from procrl.reporting import format_table
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 from procrl.tracking import history_from_log, track_run
 from procrl.trainers.callbacks import FRSArguments
 from procrl.trainers.grpo import ProcessGRPOConfig
@@ -210,7 +210,7 @@ class GRPOScriptArguments:
             )
 
 
-class GRPOParser(TrlParser):
+class GRPOParser(ConfigParser):
     """`TrlParser` that derives TRL's `reward_weights` from the parsed values BEFORE `ProcessGRPOConfig` is built:
     one per scalar reward, the step scorer's dropped in process/mixed mode. No parsed config changes afterwards."""
 

@@ -24,7 +24,14 @@ from __future__ import annotations
 
 from trl import ModelConfig, TrlParser
 
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
+from procrl.scripts._common import (
+    EXIT_USAGE,
+    ConfigParser,
+    HelpFormatter,
+    configure_logging,
+    parse_or_exit,
+    usage_error,
+)
 from procrl.tracking import history_from_log, track_run
 from procrl.trainers.pum_data import PairsNotFoundError
 from procrl.trainers.pum_training import PUMScriptArguments, PUMTrainingConfig, train
@@ -34,7 +41,7 @@ PROG = "train_pum.py"  # the name in --help and in the error line, also as `proc
 
 def make_parser() -> TrlParser:
     """The parser of `train_pum.py`: `PUMScriptArguments`, `PUMTrainingConfig`, `ModelConfig` (+ `--config`)."""
-    return TrlParser(
+    return ConfigParser(
         (PUMScriptArguments, PUMTrainingConfig, ModelConfig),
         prog=PROG,
         description=__doc__,
