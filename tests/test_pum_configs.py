@@ -22,7 +22,7 @@ def test_the_configs_are_found():
 def test_build_config_parses(path):
     # parsing raises on a field the dataclass lacks, and __post_init__ on invalid values
     with resolved_config_args(["--config", str(path)]) as args:  # a thin override's `base:` resolved
-        (config,) = make_build_parser().parse_args_and_config(args)
+        config, _ = make_build_parser().parse_args_and_config(args)
     assert config.output_dir == load_config(path)["output_dir"]  # the file (its `base:` resolved), not the defaults
 
 

@@ -24,13 +24,14 @@ from trl import TrlParser
 from procrl.data_builders.pum_math import PUMMathConfig, build_pum_math
 from procrl.data_builders.pum_math.config import PAIR_TYPES
 from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
-from procrl.tracking import numeric_metrics, track_run
+from procrl.tracking import TrackingArguments, numeric_metrics, track_run
 
 
 def make_parser() -> TrlParser:
-    """`TrlParser` over `PUMMathConfig`: `--config x.yaml` sets the defaults, flags (dashed or underscored) override."""
+    """`TrlParser` over `PUMMathConfig` and `TrackingArguments` (`--report-to`): `--config x.yaml` sets the defaults,
+    flags (dashed or underscored) override."""
     return ConfigParser(
-        (PUMMathConfig,),
+        (PUMMathConfig, TrackingArguments),
         prog="procrl build-pum-data",
         description=__doc__,
         formatter_class=HelpFormatter,
@@ -48,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_or_exit(make_parser(), argv)
     if parsed is None:
         return EXIT_USAGE
-    (config,) = parsed
-    with track_run(config.output_dir, command="build-pum-data", argv=argv, configs=parsed) as record:
+    config, tracking = parsed
+    with track_run(
+        config.output_dir, command="build-pum-data", argv=argv, configs=parsed, report_to=tracking.report_to
+    ) as record:
         dataset, stats = build_pum_math(config)
         record.metrics = run_metrics(stats)
     if dataset is not None:  # the main process
