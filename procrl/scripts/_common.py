@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 EXIT_USAGE = 2  # the exit status of a bad command line (argparse's)
+QUIET_LOGGERS = ("httpx", "httpx2")  # the openai client's HTTP loggers: warnings only
 LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
 LOG_DATE_FORMAT = "%H:%M:%S"
 # HfArgumentParser's refusal of flags no dataclass declares (transformers/hf_argparser.py, parse_args_into_dataclasses)
@@ -54,6 +55,8 @@ def configure_logging() -> None:
     pytest's): `HH:MM:SS <logger name>: <message>`."""
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
+    for name in QUIET_LOGGERS:  # one INFO line per HTTP request (httpx2/_client.py:105): hundreds per judged run
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def usage_error(prog: str, message: object) -> int:
