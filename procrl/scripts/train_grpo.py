@@ -27,6 +27,7 @@ with search episodes and the StepGap reward, without the math evaluation. `rewar
 from __future__ import annotations
 
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -294,20 +295,23 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-# Log-history keys whose LAST logged value is a headline metric of the run record (by name, then by prefix)
-LAST_LOGGED_KEYS = ("reward", "completions/mean_length")
-LAST_LOGGED_PREFIXES = ("process/", "frs/", "hacking/", "stepgap/")
+# Log-history keys whose recent training values are headline metrics of the run record (by name, then by prefix)
+LOGGED_KEYS = ("reward", "completions/mean_length")
+LOGGED_PREFIXES = ("process/", "frs/", "hacking/", "stepgap/")
+HEADLINE_WINDOW = 10  # logging steps averaged for a logged headline (one step's batch is a few prompts' groups)
 
 
-def run_metrics(summary: dict) -> dict[str, float]:
-    """The run record's headline metrics of a GRPO summary (flat numbers).
+def run_metrics(summary: dict, window: int = HEADLINE_WINDOW) -> dict[str, float]:
+    """The run record's headline metrics of a GRPO summary (flat, finite numbers).
 
     - `eval/<set>/accuracy`, `.../correct`, `.../n` after training and `.../accuracy_before` for every eval set, and
       the first set's as `task/accuracy`, `task/correct`, `task/n`, `task/accuracy_before` (none with task=search or
       run_eval false; `correct` = accuracy x n, the evaluation's own count);
-    - from TRL's `log_history`, the last logged value of `reward`, `completions/mean_length`, every
-      `rewards/<name>/mean` and every `process/`, `frs/`, `hacking/` and `stepgap/` (label shares) key (FRS is
-      logged only every frs_every_n_steps, so "last" is per key).
+    - from TRL's `log_history` (training entries): the mean of the last `window` logged finite values of `reward`,
+      `completions/mean_length`, every `rewards/<name>/mean` and every `process/`, `frs/`, `hacking/` and
+      `stepgap/` key (per key: FRS is logged only every frs_every_n_steps), and of the training batches'
+      `task/accuracy` as `task/train_accuracy` (sampled completions, not the greedy evaluation; the headline of
+      runs without an evaluation, such as task=search). A key with no finite value is left out.
     """
     metrics: dict[str, float] = {}
     after = {row["name"]: row for row in summary["after"]}
@@ -322,15 +326,18 @@ def run_metrics(summary: dict) -> dict[str, float]:
         metrics.update({f"eval/{name}/{key}": value for key, value in values.items()})
         if i == 0:
             metrics.update({f"task/{key}": value for key, value in values.items()})
+    logged: dict[str, list[float]] = {}
     for entry in summary["log_history"]:
         for key, value in entry.items():
             wanted = (
-                key in LAST_LOGGED_KEYS
-                or key.startswith(LAST_LOGGED_PREFIXES)
+                key in LOGGED_KEYS
+                or key.startswith(LOGGED_PREFIXES)
                 or (key.startswith("rewards/") and key.endswith("/mean"))
+                or key == "task/accuracy"
             )
-            if wanted and isinstance(value, int | float) and not isinstance(value, bool):
-                metrics[key] = value
+            if wanted and isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+                logged.setdefault("task/train_accuracy" if key == "task/accuracy" else key, []).append(value)
+    metrics.update({key: sum(v[-window:]) / len(v[-window:]) for key, v in logged.items()})
     return metrics
 
 

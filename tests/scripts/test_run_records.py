@@ -95,16 +95,24 @@ def test_train_grpo_metrics():
         "eval/gsm8k[0:50]/accuracy": 0.14, "eval/gsm8k[0:50]/correct": 7, "eval/gsm8k[0:50]/n": 50,
         "eval/gsm8k[0:50]/accuracy_before": 0.1,
         "task/accuracy": 0.3, "task/correct": 45, "task/n": 150, "task/accuracy_before": 0.2,  # the first set
-        "reward": 0.4, "rewards/outcome_reward/mean": 0.3, "completions/mean_length": 70.0,  # the last logged
-        "frs/score": 40.0,  # logged at step 1 only: its last value
+        # the mean of the last logged values (window 10 > 2 steps here: both steps)
+        "reward": pytest.approx(0.3), "rewards/outcome_reward/mean": pytest.approx(0.2),
+        "completions/mean_length": 75.0,
+        "frs/score": 40.0,  # logged at step 1 only
+        "task/train_accuracy": 0.1,  # the training batches' accuracy, beside the evaluation's task/accuracy
         "hacking/repetition_rate": 0.05, "process/mean_step_reward": 0.2, "stepgap/label_share/CC": 0.25,
     }  # fmt: skip
+    # a window of 1: the last logged value of each key
+    last = train_grpo.run_metrics(summary, window=1)
+    assert last["reward"] == 0.4 and last["completions/mean_length"] == 70.0 and last["frs/score"] == 40.0
 
 
 def test_train_grpo_metrics_without_evaluation():
-    summary = {"before": [], "after": [], "log_history": [{"step": 1, "reward": math.nan}]}
-    metrics = train_grpo.run_metrics(summary)
-    assert list(metrics) == ["reward"] and math.isnan(metrics["reward"])  # run.json writes it as null
+    log = [{"step": 1, "reward": math.nan, "task/accuracy": 0.25}, {"step": 2, "reward": 0.5, "task/accuracy": 0.5}]
+    metrics = train_grpo.run_metrics({"before": [], "after": [], "log_history": log})
+    # NaN is not a value (never averaged in, never written); a search run's headline is its training accuracy
+    assert metrics == {"reward": 0.5, "task/train_accuracy": 0.375}
+    assert train_grpo.run_metrics({"before": [], "after": [], "log_history": [{"step": 1, "reward": math.nan}]}) == {}
 
 
 def test_train_pum_metrics():
