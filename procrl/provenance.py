@@ -28,6 +28,7 @@ __all__ = [
     "config_record",
     "git_info",
     "machine_info",
+    "mask_argv",
     "package_versions",
     "read_variant",
 ]
@@ -63,6 +64,39 @@ def config_record(configs: Iterable[Any]) -> dict[str, dict]:
             key, n = f"{type(config).__name__}#{n}", n + 1
         out[key] = _mask_secrets(_plain(values))
     return out
+
+
+def mask_argv(argv: Iterable[str]) -> list[str]:
+    """`argv` as strings with the value of every secret flag replaced by "<masked>": a flag whose name ends in token /
+    key / secret / password (`--hub_token hf_x`, `--openai-api-key sk-x`, `--hub-token=hf_x`), as `config_record`
+    masks fields. The value is the next word unless that is another `--flag`; `--flag=value` keeps `--flag=`.
+
+    >>> mask_argv(["--hub_token", "hf_x", "--api-key=sk-1", "--max_new_tokens", "64", "--password"])
+    ['--hub_token', '<masked>', '--api-key=<masked>', '--max_new_tokens', '64', '--password']
+    """
+    words = [str(word) for word in argv]
+    out: list[str] = []
+    mask_next = False
+    for word in words:
+        if mask_next and not word.startswith("--"):
+            out.append(MASK)
+            mask_next = False
+            continue
+        mask_next = False
+        if word.startswith("-") and len(word) > 1:
+            flag, eq, value = word.partition("=")
+            secret = _is_secret_name(flag.lstrip("-"))
+            if secret and eq:
+                out.append(f"{flag}={MASK}" if value else word)
+                continue
+            mask_next = secret and not eq
+        out.append(word)
+    return out
+
+
+def _is_secret_name(name: str) -> bool:
+    """Whether a field or flag name ends in one of `_SECRET_WORDS` (`hub_token`, `openai-api-key`, `API_KEY`)."""
+    return name.lower().replace("-", "_").split("_")[-1] in _SECRET_WORDS
 
 
 def git_info(source: Path | None = None) -> dict[str, Any]:
@@ -182,7 +216,7 @@ def _mask_secrets(values: dict) -> dict:
     for key, value in values.items():
         if isinstance(value, dict):
             out[key] = _mask_secrets(value)
-        elif isinstance(value, str) and value and key.lower().split("_")[-1] in _SECRET_WORDS:
+        elif isinstance(value, str) and value and _is_secret_name(key):
             out[key] = MASK
         else:
             out[key] = value
