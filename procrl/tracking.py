@@ -10,7 +10,10 @@ run belongs to (`PROCRL_VARIANT`), the status ("running" while it runs, then "fi
 the wall time, and the command's headline `metrics` (flat numbers) and `history` (one entry per logging step). A
 sweep skips a variant whose `run.json` says "finished"; `procrl report` reads the rest. Every write is atomic (a
 temporary file in the same directory, then `os.replace`), so a reader never sees half a record. Only the main
-process of a distributed run writes (`RANK` / `LOCAL_RANK`); on the other ranks the record is inert.
+process of a distributed run writes (`RANK` / `LOCAL_RANK`); on the other ranks the record is inert. Secret flag
+values in `argv` (`--hub_token hf_...`) are masked (`procrl.provenance.mask_argv`). In the main thread a SIGTERM
+(a scheduler's or `kill`'s stop) raises `Terminated` while the run is tracked, so the record says "failed" with an
+error naming SIGTERM instead of staying "running"; the previous handler is restored at exit.
 
 With `report_to` naming wandb, the record also goes to wandb: the run is started at entry (`project` from
 `WANDB_PROJECT`, default "procrl"; offline without credentials, `procrl.utils.default_wandb_offline`) with the
@@ -26,8 +29,10 @@ import datetime
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from procrl import provenance
-from procrl.provenance import VARIANT_ENV, config_record, git_info, machine_info, package_versions, read_variant
+from procrl.provenance import (
+    VARIANT_ENV,
+    config_record,
+    git_info,
+    machine_info,
+    mask_argv,
+    package_versions,
+    read_variant,
+)
 from procrl.utils import default_wandb_offline, get_logger, json_safe
 
 logger = get_logger(__name__)
@@ -45,6 +58,7 @@ __all__ = [
     "RUN_FILE",
     "SCHEMA_VERSION",
     "VARIANT_ENV",
+    "Terminated",
     "TrackedRun",
     "TrackingArguments",
     "config_record",
@@ -87,6 +101,17 @@ class TrackingArguments:
             )
 
 
+class Terminated(SystemExit):
+    """Raised by `track_run`'s SIGTERM handler: a `SystemExit` (so `except Exception` does not swallow it and Python
+    exits without a traceback) with status 143 = 128 + SIGTERM, the shell's status of a process SIGTERM killed."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+    def __str__(self) -> str:
+        return "SIGTERM received (the process was asked to stop)"
+
+
 def is_main_process() -> bool:
     """Whether this process writes the record: `RANK` (torchrun, accelerate) or else `LOCAL_RANK` is 0 or unset."""
     rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))
@@ -108,12 +133,14 @@ def track_run(
 ) -> TrackedRun:
     """A context manager that writes `<output_dir>/run.json` at entry ("running") and at exit ("finished", or
     "failed" with `error` = "Type: message"; the exception is re-raised; KeyboardInterrupt is failed with
-    "KeyboardInterrupt: interrupted"; `SystemExit(0)` / `SystemExit(None)` count as finished).
+    "KeyboardInterrupt: interrupted"; `SystemExit(0)` / `SystemExit(None)` count as finished). In the main thread,
+    SIGTERM inside the block raises `Terminated` (failed, "Terminated: SIGTERM received ...", exit status 143); the
+    SIGTERM handler before entry is restored at exit. Off the main thread signals cannot be handled and none is set.
 
     Args:
         output_dir: the run's output directory (created).
         command: the command's name, e.g. "train-grpo".
-        argv: the arguments the entry point was given (None: `sys.argv[1:]`).
+        argv: the arguments the entry point was given (None: `sys.argv[1:]`); secret flag values are masked.
         configs: the parsed dataclasses (TrainingArguments subclasses through their `to_dict()`).
         report_to: integrations, as in transformers ("wandb", "all", "none" or a list); wandb gets the record too.
         name: the wandb run name when no sweep variant names it.
@@ -137,10 +164,12 @@ class TrackedRun:
         self._start = 0.0
         self._wandb_run = None
         self._owns_wandb = False
+        self._previous_sigterm: Any = None
+        self._sigterm_installed = False
         self.record: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "command": command,
-            "argv": [str(a) for a in (sys.argv[1:] if argv is None else argv)],
+            "argv": mask_argv(sys.argv[1:] if argv is None else argv),
             "status": "running",
             "error": None,
             "started_at": None,
@@ -167,7 +196,12 @@ class TrackedRun:
             variant=read_variant(),
         )
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.save()
+        self._install_sigterm()  # before the first write: a reader that sees "running" may send SIGTERM
+        try:
+            self.save()
+        except BaseException:
+            self._restore_sigterm()
+            raise
         if "wandb" in self._report_to or "all" in self._report_to:
             self._start_wandb()
         return self
@@ -175,6 +209,7 @@ class TrackedRun:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if not self.enabled:
             return False
+        self._restore_sigterm()
         failed = exc_type is not None and not (exc_type is SystemExit and exc.code in (0, None))
         error = None
         if failed:
@@ -200,6 +235,24 @@ class TrackedRun:
         self.record["metrics"] = _numbers_only(self.metrics, "metrics")
         self.record["history"] = [_numbers_only(entry, "history") for entry in self.history]
         _write_json_atomic(self.path, self.record)
+
+    # -- SIGTERM ----------------------------------------------------------------------------------------------------
+
+    def _install_sigterm(self) -> None:
+        # signal.signal works only in the main thread of the main interpreter (ValueError elsewhere: Python docs,
+        # signal module "Signals and threads"); Python runs the handler in the main thread between bytecodes
+        if threading.current_thread() is not threading.main_thread():
+            return
+        self._previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
+        self._sigterm_installed = True
+
+    def _restore_sigterm(self) -> None:
+        if not self._sigterm_installed:
+            return
+        # getsignal/signal return None for a handler not installed from Python: the default action then
+        previous = signal.SIG_DFL if self._previous_sigterm is None else self._previous_sigterm
+        signal.signal(signal.SIGTERM, previous)
+        self._sigterm_installed = False
 
     # -- wandb ------------------------------------------------------------------------------------------------------
 
@@ -294,6 +347,10 @@ def _numbers_only(values: Mapping[str, Any], where: str) -> dict[str, Any]:
         k: int(v) if isinstance(v, bool) else v for k, v in values.items() if isinstance(v, int | float) or v is None
     }
     return json_safe(kept)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 # -- small helpers -------------------------------------------------------------------------------------------------

@@ -8,8 +8,13 @@ import enum
 import json
 import logging
 import math
+import os
+import signal
 import struct
 import subprocess
+import sys
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -423,3 +428,90 @@ def test_a_wandb_failure_is_a_warning_not_a_failed_run(tmp_path, monkeypatch, ca
         with track_run(tmp_path, command="select", argv=[], report_to="wandb") as run:
             run.metrics = {"select/random/accuracy": 0.5}
     assert read(tmp_path)["status"] == "finished" and "no wandb today" in caplog.text
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Secrets in argv, SIGTERM
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_secret_flag_values_in_argv_are_masked(tmp_path):
+    argv = ["--hub_token", "hf_SECRET", "--openai-api-key=sk-SECRET", "--max_new_tokens", "64", "--hub-token=",
+            "--judge_password", "--next", "--API_KEY", "k2"]  # fmt: skip
+    with track_run(tmp_path, command="frs", argv=argv):
+        pass
+    assert read(tmp_path)["argv"] == [
+        "--hub_token", "<masked>", "--openai-api-key=<masked>", "--max_new_tokens", "64", "--hub-token=",
+        "--judge_password", "--next", "--API_KEY", "<masked>",
+    ]  # fmt: skip
+    assert "SECRET" not in (tmp_path / RUN_FILE).read_text()
+
+
+def test_sigterm_handler_only_inside_the_block_and_the_previous_one_restored(tmp_path):
+    def own_handler(signum, frame):  # pragma: no cover - never called
+        pass
+
+    before = signal.signal(signal.SIGTERM, own_handler)
+    try:
+        with track_run(tmp_path, command="frs", argv=[]):
+            assert signal.getsignal(signal.SIGTERM) is tracking._raise_terminated
+        assert signal.getsignal(signal.SIGTERM) is own_handler
+        with pytest.raises(ValueError), track_run(tmp_path, command="frs", argv=[]):
+            raise ValueError("boom")
+        assert signal.getsignal(signal.SIGTERM) is own_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def test_no_sigterm_handler_off_the_main_thread(tmp_path):
+    before = signal.getsignal(signal.SIGTERM)
+    seen, errors = [], []
+
+    def run_in_thread():
+        try:
+            with track_run(tmp_path, command="frs", argv=[]):
+                seen.append(signal.getsignal(signal.SIGTERM))
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+
+    thread = threading.Thread(target=run_in_thread)
+    thread.start()
+    thread.join()
+    assert not errors and seen == [before] and read(tmp_path)["status"] == "finished"
+
+
+_SIGTERM_CHILD = """
+import sys, threading
+from procrl.tracking import track_run
+with track_run(sys.argv[1], command="frs", argv=["--x", "1"]):
+    threading.Event().wait()  # blocks until SIGTERM's handler raises in this (the main) thread
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_marks_the_record_failed(tmp_path):
+    out = tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "PROCRL_VARIANT")}
+    child = subprocess.Popen([sys.executable, "-c", _SIGTERM_CHILD, str(out)], env=env, stderr=subprocess.PIPE)
+    try:
+        status = None
+        while status != "running":  # track_run sets the handler before it writes "running"
+            if child.poll() is not None:
+                pytest.fail(f"the child exited {child.returncode}: {child.stderr.read().decode()}")
+            try:
+                status = read(out)["status"]
+            except (FileNotFoundError, json.JSONDecodeError):
+                status = None
+            if status != "running":
+                time.sleep(0.05)  # polling interval, not synchronisation: the loop waits for the record
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    record = read(out)
+    assert child.returncode == 143, stderr.decode()
+    assert record["status"] == "failed" and "SIGTERM" in record["error"], record
+    assert record["error"].startswith("Terminated: ") and record["finished_at"] is not None
+    assert "Traceback" not in stderr.decode()  # a SystemExit: no traceback
