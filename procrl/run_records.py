@@ -33,7 +33,15 @@ from typing import Any
 
 from procrl.utils import get_logger
 
-__all__ = ["SCHEMA_VERSION", "find_wandb_file", "load_runs", "load_wandb_run", "read_wandb_records", "sweep_metric"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "find_wandb_file",
+    "is_number",
+    "load_runs",
+    "load_wandb_run",
+    "read_wandb_records",
+    "sweep_metric",
+]
 
 logger = get_logger(__name__)
 
@@ -51,6 +59,16 @@ TRAIN_PREFIX = "train/"
 STEP_KEYS = ("train/global_step", "_step")  # the first present is the row's step
 # procrl.tracking puts the record's static part into the wandb config under "procrl" (tracking.py `_start_wandb`)
 TRACKING_KEY = "procrl"
+
+
+def is_number(value: Any) -> bool:
+    """Whether `value` is a finite int or float and not a bool: the one test of what counts as a metric value in a
+    run record (procrl.tracking writes them, this module and procrl.run_report read them).
+
+    >>> [is_number(v) for v in (3, 0.5, True, float("nan"), float("inf"), "1", None)]
+    [True, True, False, False, False, False, False]
+    """
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -131,14 +149,29 @@ def _read_run_json(run_dir: Path) -> dict[str, Any]:
 def sweep_metric(directory: str | Path) -> dict[str, str] | None:
     """The sweep's `metric` ({"name": ..., "goal": "maximize" | "minimize"}, goal "minimize" when not given, as in
     wandb's sweep format and procrl.sweeps) from `<directory>/sweep.json` (procrl sweep writes it), at its top
-    level or under `config` / `sweep`; None without a sweep.json or a metric."""
+    level or under `config` / `sweep`; None without a sweep.json or a metric.
+
+    Raises:
+        ValueError: a sweep.json that cannot be read, is not JSON or not a JSON object, or whose metric's goal is
+            neither "maximize" nor "minimize".
+    """
     file = Path(directory) / "sweep.json"
     if not file.is_file():
         return None
-    data = json.loads(file.read_text())
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"{file}: not a readable JSON file ({error}); procrl sweep writes it: rerun the sweep"
+        ) from error
+    if not isinstance(data, dict):
+        raise ValueError(f"{file}: a JSON {type(data).__name__}, expected an object (what procrl sweep writes)")
     for holder in (data, data.get("config"), data.get("sweep")):
         if isinstance(holder, dict) and isinstance(holder.get("metric"), dict) and holder["metric"].get("name"):
-            return {"name": holder["metric"]["name"], "goal": holder["metric"].get("goal") or "minimize"}
+            goal = holder["metric"].get("goal") or "minimize"
+            if goal not in ("maximize", "minimize"):
+                raise ValueError(f"{file}: metric goal {goal!r}: use maximize or minimize")
+            return {"name": str(holder["metric"]["name"]), "goal": goal}
     return None
 
 
@@ -248,8 +281,8 @@ def load_wandb_run(run_dir: str | Path) -> dict[str, Any]:
             exit_record = record.exit
     config.pop("_wandb", None)
     own = config.pop(TRACKING_KEY) if isinstance(config.get(TRACKING_KEY), dict) else {}
-    runtime = own.get("wall_time_s") if _is_number(own.get("wall_time_s")) else summary.get("_runtime")
-    if not _is_number(runtime) and exit_record is not None:
+    runtime = own.get("wall_time_s") if is_number(own.get("wall_time_s")) else summary.get("_runtime")
+    if not is_number(runtime) and exit_record is not None:
         runtime = exit_record.runtime
     status, error = "running", None
     if exit_record is not None:
@@ -267,7 +300,7 @@ def load_wandb_run(run_dir: str | Path) -> dict[str, Any]:
         "error": error,
         "started_at": started_at,
         "finished_at": None,
-        "wall_time_s": float(runtime) if _is_number(runtime) else None,
+        "wall_time_s": float(runtime) if is_number(runtime) else None,
         "config": {**(own.get("config") or {}), **({"wandb": config} if config or not own else {})},
         "git": git,
         "packages": own.get("packages") or {},
@@ -303,21 +336,17 @@ def _history_value(item: Any) -> Any:
     return None if which in (None, "none") else getattr(item, which)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _numbers(values: dict[str, Any]) -> dict[str, float | int]:
     """The finite numbers of a summary/history row, wandb's own `_...` keys left out, `train/` prefix removed."""
     return {
         key.removeprefix(TRAIN_PREFIX): value
         for key, value in values.items()
-        if not key.startswith("_") and key not in STEP_KEYS and _is_number(value)
+        if not key.startswith("_") and key not in STEP_KEYS and is_number(value)
     }
 
 
 def _history_row(row: dict[str, Any]) -> dict[str, Any]:
-    step = next((row[key] for key in STEP_KEYS if _is_number(row.get(key))), None)
+    step = next((row[key] for key in STEP_KEYS if is_number(row.get(key))), None)
     return {"step": int(step) if step is not None else None, **_numbers(row)}
 
 

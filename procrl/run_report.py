@@ -6,18 +6,16 @@ into variants (the seeds of one setting) and render a markdown table and plots a
     text = format_report(variants, "reward ablation", metric=sweep_metric(sweep_dir), plot="curves.png")
     plot_curves(variants, "report/curves.png")
 
-Conventions (the report says them too): a variant's value is the mean over its seeds, "± s" the SAMPLE standard
-deviation (n - 1 in the denominator; none for one seed), "(k/n seeds)" when only k of its n runs have the value;
-each seed's task accuracy comes with its Wilson 95% interval from `task/correct` and `task/n`; a value no run has is
-"–", never 0. Runs that did not finish are shown and counted in the `status` column (their metrics are what they
-had written; `load_runs(..., include_unfinished=False)` leaves them out).
-"""
+Conventions (the report says them too): a variant's value is the mean over its FINISHED seeds, "± s" the SAMPLE
+standard deviation (n - 1 in the denominator; none for one seed), "(k/n seeds)" when only k of its n finished runs
+have the value; each seed's task accuracy comes with its Wilson 95% interval from `task/correct` and `task/n`; a
+value no run has is "–", never 0. Unfinished runs never enter a mean, std, sort or best: their values follow the
+mean one by one, marked ("0.500; s2 (failed) 0.300"). Variant names: `group_variants`."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from procrl.reporting import CURVE_KEYS
+from procrl.run_records import is_number
+from procrl.sweeps import variant_name
 from procrl.utils import get_logger
 
 __all__ = [
@@ -58,7 +58,7 @@ CURVE_PANELS = (  # (history key, panel title), in the order of the figure's pan
     ("completions/mean_length", _LABELS["completions/mean_length"]),
     ("hacking/reward_accuracy_corr", "reward-accuracy correlation (rolling)"),
 )
-_SEED_IN_NAME = re.compile(r"(^|[,_\-+ ])seed[=_\-]?\d+")  # "reward=x,seed=1" -> "reward=x"
+NO_PARAMETERS = "(no parameters)"
 
 
 def wilson_interval(successes: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
@@ -108,29 +108,35 @@ class Variant:
         seed = variant.get("seed")
         return seed if seed is not None else (variant.get("parameters") or {}).get("seed")
 
+    @property
+    def finished(self) -> list[dict[str, Any]]:
+        """The runs whose status is "finished": the only ones a mean, std, sort or best is taken over."""
+        return [run for run in self.runs if run.get("status") == "finished"]
+
     def values(self, key: str) -> list[float]:
-        """The runs' final `metrics[key]` (finite numbers only; runs without it left out)."""
-        return [v for run in self.runs if _is_number(v := (run.get("metrics") or {}).get(key))]
+        """The finished runs' final `metrics[key]` (finite numbers only; runs without it left out)."""
+        return [v for run in self.finished if is_number(v := (run.get("metrics") or {}).get(key))]
 
 
 def group_variants(runs: Iterable[dict[str, Any]]) -> list[Variant]:
-    """Group runs by (sweep, parameters without `seed`); a run without a `variant` is a group of its own (its
-    directory). Groups keep the order of their first run; a group's name is the variant name with its seed part
-    removed (`reward=pum,seed=1` -> `reward=pum`), or `k=v,...` of its parameters when the names disagree."""
+    """Group runs by (sweep, parameters without `seed`); a run without a `variant` is a group of its own (named by its
+    directory). Groups keep the order of their first run. A group's name is `procrl.sweeps.variant_name` of its
+    parameters without `seed`, over the parameters whose values differ between the groups of its sweep (all of them
+    when its sweep has one group; "(no parameters)" for none): `reward=pum` of `{reward: pum, max_steps: 2, seed: 1}`
+    beside `reward=outcome`. Names that coincide get all the parameters (within a sweep), "<sweep>/" in front
+    (across sweeps), then " #2", " #3"."""
     groups: dict[tuple, Variant] = {}
     for run in runs:
         variant = run.get("variant")
         if isinstance(variant, dict) and isinstance(variant.get("parameters"), dict):
             parameters = {k: v for k, v in variant["parameters"].items() if k != "seed"}
-            key = ("variant", variant.get("sweep"), json.dumps(parameters, sort_keys=True, default=str))
-            name = _SEED_IN_NAME.sub("", str(variant.get("name") or "")).strip(",_-+ ") or _param_name(parameters)
+            key = ("variant", str(variant.get("sweep")), json.dumps(parameters, sort_keys=True, default=str))
         else:
-            parameters, key, name = {}, ("run", run["path"]), Path(run["path"]).name
+            parameters, key = {}, ("run", run["path"])
         if key not in groups:
-            groups[key] = Variant(name=name, parameters=parameters)
-        elif groups[key].name != name:
-            groups[key].name = _param_name(groups[key].parameters)
+            groups[key] = Variant(name=Path(run["path"]).name if key[0] == "run" else "", parameters=parameters)
         groups[key].runs.append(run)
+    _name_groups({k: g for k, g in groups.items() if k[0] == "variant"})
     for group in groups.values():
         group.runs.sort(key=lambda r: (str(group.seed_of(r)), r["path"]))
         seeds = [group.seed_of(r) for r in group.runs if group.seed_of(r) is not None]
@@ -139,8 +145,35 @@ def group_variants(runs: Iterable[dict[str, Any]]) -> list[Variant]:
     return list(groups.values())
 
 
-def _param_name(parameters: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in parameters.items()) or "(no parameters)"
+def _name_groups(groups: dict[tuple, Variant]) -> None:
+    """Name the groups of sweep variants, keyed ("variant", sweep, parameters) (`group_variants`)."""
+    by_sweep: dict[str, list[Variant]] = {}
+    for key, group in groups.items():
+        by_sweep.setdefault(key[1], []).append(group)
+    for members in by_sweep.values():
+        every = {k for g in members for k in g.parameters}
+        as_text = lambda g, k: json.dumps(g.parameters.get(k, "\0absent"), sort_keys=True, default=str)  # noqa: E731
+        differ = {k for k in every if len({as_text(g, k) for g in members}) > 1}
+        for group in members:
+            shown = [k for k in group.parameters if k in differ] if differ else list(group.parameters)
+            group.name = variant_name(group.parameters, shown) if group.parameters else NO_PARAMETERS
+        for clashing in _clashes(members):  # names that coincide within a sweep: all parameters
+            for group in clashing:
+                group.name = variant_name(group.parameters) if group.parameters else NO_PARAMETERS
+    sweep_of = {id(group): key[1] for key, group in groups.items()}
+    for clashing in (c for c in _clashes(list(groups.values())) if len({sweep_of[id(g)] for g in c}) > 1):
+        for group in clashing:  # the same name in several sweeps: "<sweep>/<name>"
+            group.name = f"{sweep_of[id(group)]}/{group.name}"
+    for clashing in _clashes(list(groups.values())):
+        for number, group in enumerate(clashing[1:], start=2):
+            group.name = f"{group.name} #{number}"
+
+
+def _clashes(groups: list[Variant]) -> list[list[Variant]]:
+    names: dict[str, list[Variant]] = {}
+    for group in groups:
+        names.setdefault(group.name, []).append(group)
+    return [same for same in names.values() if len(same) > 1]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -151,8 +184,10 @@ def _param_name(parameters: dict[str, Any]) -> str:
 def format_table(variants: Sequence[Variant], metric: dict[str, str] | None = None) -> str:
     """A markdown table, one row per variant: status, seeds, task accuracy (mean ± std over seeds, then each seed's
     value with its Wilson 95% interval), accuracy before training, reward, completion length, FRS and every
-    `hacking/...` key that some run has, and wall time. With a sweep `metric` the rows are sorted by its mean (best
-    first; variants without it last) and the best value is bold; a metric that is no column gets one."""
+    `hacking/...` key that some run has, and wall time. Means and stds are over the finished runs; an unfinished
+    run's value follows, marked with its status ("0.500; s2 (running) 0.200"). With a sweep `metric` the rows are
+    sorted by its mean over finished runs (best first; variants without one last) and the best value is bold; a
+    metric that is no column gets one."""
     keys_present = {k for v in variants for r in v.runs for k in (r.get("metrics") or {})}
     columns = [
         ("task/accuracy", "task accuracy (mean ± std)", 3),
@@ -194,9 +229,10 @@ def format_report(
         f"# {title}",
         "",
         f"{len(runs)} runs in {len(variants)} variants ({unfinished} not finished: counted in `status`, their "
-        "metrics are the last they wrote). A variant's value is the mean over its seeds; ± is the sample standard "
-        "deviation (n - 1) over seeds, none for one seed; (k/n seeds) when only k runs have the value. Each seed's "
-        f"task accuracy has its Wilson 95% interval from `task/correct` / `task/n`. {MISSING} = not measured.",
+        "values shown one by one after the mean, marked with their status, never in a mean, ± or the sort). A "
+        "variant's value is the mean over its finished seeds; ± is the sample standard deviation (n - 1) over them, "
+        "none for one seed; (k/n seeds) when only k of n finished runs have the value. Each seed's task accuracy "
+        f"has its Wilson 95% interval from `task/correct` / `task/n`. {MISSING} = not measured.",
     ]
     if metric:
         lines += ["", f"Sorted by `{metric['name']}` ({metric.get('goal') or 'minimize'}), the best in bold."]
@@ -222,7 +258,7 @@ def format_report(
             commit = (
                 (str(git.get("commit"))[:10] + ("+dirty" if git.get("dirty") else "")) if git.get("commit") else MISSING
             )
-            wall = f"{run['wall_time_s']:.0f}" if _is_number(run.get("wall_time_s")) else MISSING
+            wall = f"{run['wall_time_s']:.0f}" if is_number(run.get("wall_time_s")) else MISSING
             seed = variant.seed_of(run)
             status = str(run.get("status")) + (f" ({run['error']})" if run.get("error") else "")
             lines.append(
@@ -238,29 +274,46 @@ def _sort_key(variant: Variant, key: str, sign: float) -> tuple[int, float]:
 
 
 def _aggregate(variant: Variant, key: str, digits: int, from_record: bool = False) -> str:
-    values = [v for r in variant.runs if _is_number(v := r.get(key))] if from_record else variant.values(key)
+    """Mean ± std of `key` over the finished runs, then each unfinished run's value marked; "–" when none has it."""
+
+    def value(run: dict[str, Any]) -> Any:
+        v = run.get(key) if from_record else (run.get("metrics") or {}).get(key)
+        return v if is_number(v) else None
+
+    finished = variant.finished
+    values = [v for r in finished if (v := value(r)) is not None]
     mean, std = mean_std(values)
-    if mean is None:
-        return MISSING
-    text = f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
-    if len(values) < len(variant.runs):
-        text += f" ({len(values)}/{len(variant.runs)} seeds)"
-    return text
+    parts = []
+    if mean is not None:
+        text = f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if std is not None else "")
+        if len(values) < len(finished):
+            text += f" ({len(values)}/{len(finished)} seeds)"
+        parts.append(text)
+    for i, run in enumerate(variant.runs):
+        if run.get("status") != "finished" and (v := value(run)) is not None:
+            parts.append(f"{_seed_label(variant, run, i)} {v:.{digits}f}")
+    return "; ".join(parts) or MISSING
+
+
+def _seed_label(variant: Variant, run: dict[str, Any], index: int) -> str:
+    """ "s<seed>" (or "run <i>"), with " (<status>)" when the run did not finish."""
+    seed = variant.seed_of(run)
+    label = f"s{seed}" if seed is not None else f"run {index + 1}"
+    if run.get("status") != "finished":
+        label += f" ({run.get('status') or 'unknown'})"
+    return label
 
 
 def _per_seed_accuracy(variant: Variant) -> str:
     parts = []
     for i, run in enumerate(variant.runs):
         metrics = run.get("metrics") or {}
-        seed = variant.seed_of(run)
-        label = f"s{seed}" if seed is not None else f"run {i + 1}"
-        if run.get("status") != "finished":
-            label += f" ({run.get('status') or 'unknown'})"
+        label = _seed_label(variant, run, i)
         correct, n, accuracy = metrics.get("task/correct"), metrics.get("task/n"), metrics.get("task/accuracy")
-        if _is_number(correct) and _is_number(n) and n > 0:
+        if is_number(correct) and is_number(n) and n > 0:
             low, high = wilson_interval(int(correct), int(n))
             parts.append(f"{label} {correct / n:.3f} [{low:.3f}, {high:.3f}] ({int(correct)}/{int(n)})")
-        elif _is_number(accuracy):
+        elif is_number(accuracy):
             parts.append(f"{label} {accuracy:.3f} [no counts]")
         else:
             parts.append(f"{label} {MISSING}")
@@ -289,10 +342,6 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 # ----------------------------------------------------------------------------------------------------------------------
 # Plots
 # ----------------------------------------------------------------------------------------------------------------------
@@ -303,7 +352,7 @@ def series(variant: Variant, key: str) -> list[tuple[int, float, float, float, i
     by_step: dict[int, list[float]] = {}
     for run in variant.runs:
         for row in run.get("history") or []:
-            if _is_number(row.get("step")) and _is_number(row.get(key)):
+            if is_number(row.get("step")) and is_number(row.get(key)):
                 by_step.setdefault(int(row["step"]), []).append(float(row[key]))
     return [(s, statistics.fmean(v), min(v), max(v), len(v)) for s, v in sorted(by_step.items())]
 

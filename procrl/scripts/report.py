@@ -53,9 +53,12 @@ class ReportArguments:
         metadata={"help": "run directories (with run.json), sweep directories, or wandb/offline-run-* directories"},
     )
     output_dir: str | None = field(
-        default=None, metadata={"help": "where report.md and curves.png go (default: the sweep dir, or ./report)"}
+        default=None,
+        metadata={
+            "help": "where report.md and curves.png go; None: the sweep directory when one is given, else ./report"
+        },
     )
-    title: str | None = field(default=None, metadata={"help": "the report's title (default: from the paths)"})
+    title: str | None = field(default=None, metadata={"help": "the report's title; None: made from the paths"})
     finished_only: bool = field(
         default=False, metadata={"help": "leave out runs whose run.json status is not 'finished'"}
     )
@@ -117,7 +120,8 @@ def default_output_dir(paths: list[str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run `procrl report`; returns the exit status (0 on success, 2 on bad arguments or paths, 1 on bad records)."""
+    """Run `procrl report`; returns the exit status (0 on success, 2 on bad arguments or paths, 1 on bad records or a
+    bad sweep.json)."""
     parsed = parse_or_exit(make_parser(), paths_as_flag(list(sys.argv[1:] if argv is None else argv)))
     if parsed is None:
         return EXIT_USAGE
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     try:
         runs = load_runs(args.paths, include_unfinished=not args.finished_only)
+        metric = next((m for p in args.paths if Path(p).is_dir() and (m := sweep_metric(p))), None)
     except FileNotFoundError as error:
         return usage_error(PROG, error)
     except ValueError as error:
@@ -134,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(PROG, f"no finished run in {', '.join(args.paths)} (drop --finished-only to see the others)")
         return 1
     variants = group_variants(runs)
-    metric = next((m for p in args.paths if Path(p).is_dir() and (m := sweep_metric(p))), None)
     output_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.paths)
     title = args.title or "Run report: " + ", ".join(Path(p).name or p for p in args.paths)
     plot = plot_curves(variants, output_dir / PLOT_FILE, title)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from procrl.run_records import load_runs, load_wandb_run, read_wandb_records, sweep_metric
+from procrl.run_records import is_number, load_runs, load_wandb_run, read_wandb_records, sweep_metric
 from procrl.run_report import (
     MISSING,
     format_report,
@@ -122,8 +122,9 @@ def test_group_by_parameters_without_seed():
         _run("runs/plain2"),
     ]
     variants = group_variants(runs)
-    assert [v.name for v in variants] == ["reward=pum,lr=1e-05", "reward=outcome,lr=1e-05", "reward=pum,lr=3e-05",
-                                          "reward=pum,lr=1e-05", "plain", "plain2"]  # fmt: skip
+    # the same parameters in two sweeps: the sweep's name tells them apart
+    assert [v.name for v in variants] == ["abl/reward=pum,lr=1e-05", "reward=outcome,lr=1e-05", "reward=pum,lr=3e-05",
+                                          "other/reward=pum,lr=1e-05", "plain", "plain2"]  # fmt: skip
     first = variants[0]
     assert first.parameters == {"reward": "pum", "lr": 1e-5}  # the seed is not a parameter of the variant
     assert [r["path"] for r in first.runs] == ["a1", "a2"]  # sorted by seed
@@ -131,14 +132,39 @@ def test_group_by_parameters_without_seed():
     assert [len(v.runs) for v in variants] == [2, 1, 1, 1, 1, 1]
 
 
-def test_group_name_drops_the_seed_part_and_falls_back_to_parameters():
+def test_group_name_comes_from_the_parameters_not_the_recorded_name():
     runs = [_run("x", parameters={"r": "a"}, seed=1, name="seed=1,r=a"),
-            _run("y", parameters={"r": "a"}, seed=2, name="r=a_seed2")]  # fmt: skip
+            _run("y", parameters={"r": "a"}, seed=2, name="something else")]  # fmt: skip
     (variant,) = group_variants(runs)
-    assert variant.name == "r=a"  # both names without their seed part agree
-    runs = [_run("x", parameters={"r": "a"}, seed=1, name="first"), _run("y", parameters={"r": "a"}, seed=2,
-                                                                         name="second")]  # fmt: skip
-    assert group_variants(runs)[0].name == "r=a"  # names disagree: k=v of the parameters
+    assert variant.name == "r=a"  # one variant in its sweep: all its parameters but the seed
+    assert group_variants([_run("z", parameters={}, seed=1)])[0].name == "(no parameters)"
+
+
+def test_group_names_keep_parameters_whose_name_contains_seed():
+    # review 10: a regex that cut "seed=<n>" out of the name turned both into "config=c,data"
+    runs = [_run(f"{d}{s}", parameters={"config": "c", "data_seed": d}, seed=s) for d in (1, 2) for s in (1, 2)]
+    variants = group_variants(runs)
+    assert [v.name for v in variants] == ["data_seed=1", "data_seed=2"]  # config=c is the same in both
+    assert [[r["path"] for r in v.runs] for v in variants] == [["11", "12"], ["21", "22"]]
+
+
+def test_group_names_show_what_differs_within_a_sweep_as_procrl_sweep_names_variants():
+    runs = [
+        _run("p", parameters={"reward_funcs": ["outcome", "pum"], "max_steps": 2, "lr": 3.16227e-05}, seed=1),
+        _run("o", parameters={"reward_funcs": ["outcome"], "max_steps": 2, "lr": 3.16227e-05}, seed=1),
+        _run("q", parameters={"reward_funcs": ["outcome"], "max_steps": 2, "lr": 1e-4}, seed=1, sweep="other"),
+    ]
+    # the constant max_steps is left out of sweep abl's names (lr is constant there too); sweep "other" has one
+    # variant: all its parameters, floats with 4 significant digits, lists joined by "+" (procrl.sweeps.variant_name)
+    assert [v.name for v in group_variants(runs)] == [
+        "reward_funcs=outcome+pum", "reward_funcs=outcome", "reward_funcs=outcome,max_steps=2,lr=0.0001"
+    ]  # fmt: skip
+
+
+def test_group_names_that_coincide_are_told_apart():
+    # variant_name keeps 4 significant digits: two learning rates that differ further down give the same name
+    runs = [_run("a", parameters={"lr": 1.00001e-5}, seed=1), _run("b", parameters={"lr": 1.00002e-5}, seed=1)]
+    assert [v.name for v in group_variants(runs)] == ["lr=1e-05", "lr=1e-05 #2"]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -186,6 +212,25 @@ def test_unfinished_runs_are_marked():
     rows = {r["variant"]: r for r in table_rows(format_table(group_variants(runs)))}
     assert rows["r=x"]["status"] == "1 finished, 1 running" and rows["r=y"]["status"] == "1 failed"
     assert "s2 (running) 0.200" in rows["r=x"]["accuracy per seed [Wilson 95%]"]
+
+
+def test_unfinished_runs_stay_out_of_means_stds_and_the_sort():
+    # review 9: x's failed seed (0.9) would lift its mean to 0.7, above y's 0.6, and give it a std
+    runs = [
+        _run("x1", parameters={"r": "x"}, seed=1, metrics=acc(5, 10, reward=1.0), wall=10.0),
+        _run("x2", parameters={"r": "x"}, seed=2, status="failed", metrics=acc(9, 10, reward=3.0), wall=4.0),
+        _run("x3", parameters={"r": "x"}, seed=3, status="running", metrics={"reward": 5.0}),
+        _run("y1", parameters={"r": "y"}, seed=1, metrics=acc(6, 10), wall=20.0),
+        _run("z1", parameters={"r": "z"}, seed=1, status="failed", metrics=acc(10, 10)),  # no finished run
+    ]
+    rows = table_rows(format_table(group_variants(runs), {"name": "task/accuracy", "goal": "maximize"}))
+    assert [r["variant"] for r in rows] == ["r=y", "r=x", "r=z"]  # z has no finished value: last
+    y, x, z = rows
+    assert y["task accuracy (mean ± std)"] == "**0.600**"
+    assert x["task accuracy (mean ± std)"] == "0.500; s2 (failed) 0.900"  # no std from one finished seed
+    assert x["reward"] == "1.000; s2 (failed) 3.000; s3 (running) 5.000"
+    assert x["wall time (s)"] == "10; s2 (failed) 4"
+    assert z["task accuracy (mean ± std)"] == "s1 (failed) 1.000"
 
 
 @pytest.mark.parametrize(
@@ -245,6 +290,23 @@ def test_load_runs_errors(tmp_path):
     write_run(tmp_path / "new", {**make_record(), "schema_version": 2})
     with pytest.raises(ValueError, match="schema_version 2"):
         load_runs([tmp_path / "new"])
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("{not json", "not a readable JSON file"), ("[1, 2]", "a JSON list, expected an object"),
+     ('{"metric": {"name": "reward", "goal": "best"}}', "metric goal 'best'")],
+)  # fmt: skip
+def test_a_bad_sweep_json_is_a_value_error(tmp_path, text, message):
+    (tmp_path / "sweep.json").write_text(text)
+    with pytest.raises(ValueError, match=message):
+        sweep_metric(tmp_path)
+
+
+def test_is_number_is_a_finite_non_bool_number():
+    assert [is_number(v) for v in (0, -3, 0.5, True, False, math.nan, -math.inf, "1", None, [1])] == [
+        True, True, True, False, False, False, False, False, False, False
+    ]  # fmt: skip
 
 
 def test_sweep_metric(tmp_path):

@@ -54,9 +54,10 @@ def test_report_on_a_sweep_dir(sweep_dir, capsys):
     png = sweep_dir / "curves.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
     rows = rows_of(out)
-    # pum (0.8, 0.6: mean 0.7) before outcome (0.3, 0.5: mean 0.4): sorted by the sweep's metric, best in bold
+    # pum (0.8 finished; 0.6 still running: not in the mean) before outcome (0.3, 0.5: mean 0.4): sorted by the
+    # sweep's metric, best in bold
     assert [r[0] for r in rows] == ["reward=pum", "reward=outcome"]
-    assert rows[0][1] == "1 finished, 1 running" and rows[0][3] == "**0.700 ± 0.141**"
+    assert rows[0][1] == "1 finished, 1 running" and rows[0][3] == "**0.800; s2 (running) 0.600**"
     assert rows[1][3] == "0.400 ± 0.141" and rows[1][4].startswith("s1 0.300 [0.108, 0.603] (3/10)")
     assert "Sorted by `task/accuracy`" in report and "![curves](curves.png)" in report
     assert out.strip().splitlines()[-2:] == [f"report: {sweep_dir / 'report.md'}", f"plots: {png}"]
@@ -102,9 +103,12 @@ def test_config_file_gives_the_paths(sweep_dir, tmp_path):
         (["{tmp}/bad"], 1, "not valid JSON"),
         (["{tmp}/running", "--finished-only"], 1, "no finished run"),
         (["{tmp}/empty", "--colour"], 2, "unrecognized arguments"),
+        (["{tmp}/bad_sweep"], 1, "not a readable JSON file"),  # review 14: was a traceback
     ],
 )
 def test_errors_are_one_line(tmp_path, capsys, argv, status, message):
+    write_run(tmp_path / "bad_sweep" / "v", "v", {"r": 1}, 1, 1, 2)
+    (tmp_path / "bad_sweep" / "sweep.json").write_text("{")
     (tmp_path / "empty").mkdir()
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "run.json").write_text("{")
@@ -117,7 +121,12 @@ def test_errors_are_one_line(tmp_path, capsys, argv, status, message):
 def test_help(capsys):
     with pytest.raises(SystemExit) as exit_info:
         make_parser().parse_args(["--help"])
-    assert exit_info.value.code == 0 and "--finished_only" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--finished_only" in out
+    # review 16c: the formatter adds "(default: ...)": a help string that says it too printed two
+    options = " ".join(out.split("options:", 1)[1].split())  # argparse wraps lines: join them
+    for chunk in options.split(" --")[1:]:
+        assert chunk.count("(default:") <= 1, chunk
 
 
 @pytest.mark.slow  # a subprocess: the module runs as a script
