@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import os
 import signal
 import sys
@@ -49,6 +48,7 @@ from procrl.provenance import (
     package_versions,
     read_variant,
 )
+from procrl.run_records import is_number
 from procrl.utils import default_wandb_offline, get_logger, json_safe
 
 logger = get_logger(__name__)
@@ -317,8 +317,10 @@ def numeric_metrics(values: Mapping[str, Any], prefix: str = "") -> dict[str, fl
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
             out.update(numeric_metrics(value, prefix=f"{name}/"))
-        elif _is_number(value):
-            out[name] = int(value) if isinstance(value, bool) else value
+        elif isinstance(value, bool):
+            out[name] = int(value)
+        elif is_number(value):
+            out[name] = value
     return out
 
 
@@ -330,13 +332,9 @@ def history_from_log(log_history: Iterable[Mapping[str, Any]]) -> list[dict[str,
         step = entry.get("step")
         if isinstance(step, bool) or not isinstance(step, int):
             continue
-        numbers = {k: v for k, v in entry.items() if k != "step" and _is_number(v) and not isinstance(v, bool)}
+        numbers = {k: v for k, v in entry.items() if k != "step" and is_number(v)}
         history.append({"step": step, **numbers})
     return history
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
 
 
 def _numbers_only(values: Mapping[str, Any], where: str) -> dict[str, Any]:
