@@ -2,18 +2,20 @@
 
 `procrl.sweeps` expands a sweep file into variants; this module turns one variant's parameters into its argv: the
 sweep's `command` (default `DEFAULT_COMMAND`) with `${envvar:NAME}`, `${env}`, `${interpreter}`, `${program}`,
-`${args}` and the other argument forms of `command_args` replaced.
+`${args}` and the other argument forms of `command_args` replaced; `fingerprint` is what a finished variant's
+settings were (a sweep reruns a variant only when it changed).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["DEFAULT_COMMAND", "FORMS", "build_argv", "command_args"]
+__all__ = ["DEFAULT_COMMAND", "FORMS", "build_argv", "command_args", "config_paths", "fingerprint"]
 
 # wandb agent's default command (wandb/wandb_agent.py:262-267)
 DEFAULT_COMMAND = ("${env}", "${interpreter}", "${program}", "${args}")
@@ -92,3 +94,35 @@ def build_argv(
         else:
             argv.append(word)
     return argv
+
+
+def config_paths(argv: Sequence[str]) -> list[str]:
+    """The `--config X` / `--config=X` values of an argv, in order (as given: relative to the working directory).
+
+    >>> config_paths(["python", "train.py", "--config=a.yaml", "--seed=1", "--config", "b.yaml"])
+    ['a.yaml', 'b.yaml']
+    """
+    paths = []
+    for i, word in enumerate(argv):
+        if word == "--config" and i + 1 < len(argv):
+            paths.append(argv[i + 1])
+        elif word.startswith("--config="):
+            paths.append(word.split("=", 1)[1])
+    return paths
+
+
+def fingerprint(
+    parameters: Mapping[str, Any],
+    command: Sequence[str],
+    program: str | None,
+    configs: Mapping[str, Any],
+) -> str:
+    """The SHA-256 (hex) of a variant's settings: ALL its parameter values (constants too, which variant names
+    leave out), the sweep's `command` words and `program` as written (not `${interpreter}`'s path, so another
+    virtual environment is the same variant), and `configs`: {path as in the argv: its resolved content} (the caller
+    resolves `base:` chains; an unreadable file may be given as its error text). Keys are sorted, so the order of
+    mapping keys does not matter; values that JSON lacks count by `str`.
+    """
+    settings = {"parameters": dict(parameters), "command": list(command), "program": program, "configs": dict(configs)}
+    text = json.dumps(settings, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from procrl.sweep_command import DEFAULT_COMMAND, build_argv, command_args
+from procrl.sweep_command import DEFAULT_COMMAND, build_argv, command_args, config_paths, fingerprint
 from procrl.utils import get_logger
 
 __all__ = [
@@ -46,7 +46,9 @@ __all__ = [
     "Variant",
     "build_argv",
     "command_args",
+    "config_paths",
     "expand",
+    "fingerprint",
     "load_sweep",
     "parse_sweep",
     "variant_name",
@@ -106,9 +108,11 @@ class Variant:
     seed: int | None
     argv: tuple[str, ...]
 
-    def record(self, sweep: str) -> dict:
-        """What a run learns of its variant (`PROCRL_VARIANT`, run.json's `variant`)."""
-        return {"sweep": sweep, "name": self.name, "parameters": self.parameters, "seed": self.seed}
+    def record(self, sweep: str, fingerprint: str | None = None) -> dict:
+        """What a run learns of its variant (`PROCRL_VARIANT`, run.json's `variant`); with `fingerprint`
+        (`procrl.sweep_command.fingerprint`) that key too."""
+        record = {"sweep": sweep, "name": self.name, "parameters": self.parameters, "seed": self.seed}
+        return record if fingerprint is None else {**record, "fingerprint": fingerprint}
 
 
 def load_sweep(path: str | Path) -> Sweep:

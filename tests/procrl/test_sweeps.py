@@ -3,6 +3,7 @@ random draws, validation) and the agent's command line, compared with wandb's ow
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import pytest
@@ -130,3 +131,32 @@ def test_names_are_filesystem_safe_stable_and_unique():
     sweep = _sweep({"config": {"values": ["a/run.yaml", "b/run.yaml"]}})
     names = [v.name for v in expand(sweep)]
     assert len(set(names)) == 2 and all(n.startswith("config=run-") for n in names)
+
+
+def test_the_fingerprint_is_the_sha256_of_all_the_settings():
+    from procrl.sweep_command import config_paths, fingerprint
+
+    parameters = {"seed": 1, "max_steps": 2}
+    configs = {"c.yaml": {"learning_rate": 0.1, "beta": 0.0}}
+    text = (
+        '{"command":["${interpreter}","${program}","${args}"],"configs":{"c.yaml":{"beta":0.0,"learning_rate":0.1}},'
+        '"parameters":{"max_steps":2,"seed":1},"program":"train.py"}'
+    )  # written out by hand: sorted keys, no spaces
+    expected = hashlib.sha256(text.encode()).hexdigest()
+    command = ["${interpreter}", "${program}", "${args}"]
+    assert fingerprint(parameters, command, "train.py", configs) == expected
+    assert fingerprint({"max_steps": 2, "seed": 1}, command, "train.py", configs) == expected  # order is not a setting
+    changed = [
+        fingerprint({**parameters, "max_steps": 3}, command, "train.py", configs),  # a constant
+        fingerprint(parameters, command, "train.py", {"c.yaml": {"learning_rate": 0.2, "beta": 0.0}}),  # a config
+        fingerprint(parameters, [*command, "--bf16"], "train.py", configs),  # the command
+        fingerprint(parameters, command, "other.py", configs),  # the program
+    ]
+    assert len({expected, *changed}) == 5
+    assert config_paths(["x", "--config=a.yaml", "--configs", "n", "--config", "b.yaml", "--config"]) == ["a.yaml", "b.yaml"]  # fmt: skip
+
+
+def test_a_variant_record_carries_its_fingerprint_only_when_given():
+    (variant,) = expand(_sweep({"seed": {"value": 3}}))
+    assert variant.record("s") == {"sweep": "s", "name": "run", "parameters": {"seed": 3}, "seed": 3}
+    assert variant.record("s", "f" * 64)["fingerprint"] == "f" * 64

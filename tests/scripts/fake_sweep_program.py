@@ -3,7 +3,7 @@
     python fake_sweep_program.py --step=2 --counter=/tmp/c.txt --output_dir DIR
 
 Appends "<step> <pid>" to the counter file, writes `DIR/run.json` with status "running" (and its pid and the
-PROCRL_VARIANT it was given), then: with FAKE_BLOCK_AT=<step> waits for `DIR/release` (a file the tests never
+PROCRL_VARIANT it was given; with FAKE_DIE_EARLY_AT=<step> it exits 4 before writing any), then: with FAKE_BLOCK_AT=<step> waits for `DIR/release` (a file the tests never
 create: the test kills or stops it); with FAKE_FAIL_AT=<step> records status "failed" and exits 3; else records
 "finished" and exits 0.
 """
@@ -32,6 +32,8 @@ def main() -> int:
     folder.mkdir(parents=True, exist_ok=True)
     with open(args.counter, "a") as counter:
         counter.write(f"{args.step} {os.getpid()}\n")
+    if os.environ.get("FAKE_DIE_EARLY_AT") == str(args.step):
+        return 4  # dies before its run record exists (an import error, a bad flag)
     variant = json.loads(os.environ.get("PROCRL_VARIANT", "null"))
     record = {"argv": sys.argv[1:], "pid": os.getpid(), "variant": variant, "rest": rest}
     write_record(folder, status="running", **record)

@@ -98,7 +98,9 @@ def test_a_killed_sweep_resumes_without_rerunning_finished_variants(tmp_path):
     assert [row["skipped"] for row in rows] == [True, False, False]
     # each variant ran in its folder with its variant record; the log keeps both attempts of variant 2
     record = json.loads((out / "step=3" / "run.json").read_text())
+    fingerprint = record["variant"].pop("fingerprint")
     assert record["variant"] == {"sweep": "tiny", "name": "step=3", "parameters": rows[2]["parameters"], "seed": None}
+    assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0  # a SHA-256 in hex (its value: test_sweeps.py)
     assert record["argv"][-2:] == ["--output_dir", str(out / "step=3")]
     assert (out / "step=2" / "log.txt").read_text().count("fake program step 2 running") == 2
 
@@ -173,7 +175,7 @@ def test_the_sweep_file_may_come_anywhere_on_the_command_line():
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# wandb when reachable, the offline runner otherwise
+# wandb sweep + agent only with --wandb on, the offline runner otherwise
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -185,15 +187,13 @@ def _no_probe(timeout):
     ("mode", "environ", "probe", "backend"),
     [
         ("off", {"WANDB_API_KEY": "k"}, _no_probe, "offline"),  # off never probes
-        ("auto", {"WANDB_API_KEY": "k", "WANDB_MODE": "offline"}, _no_probe, "offline"),  # offline mode wins
-        ("auto", {"WANDB_API_KEY": "k", "WANDB_MODE": "disabled"}, _no_probe, "offline"),
-        ("auto", {"NETRC": "/nonexistent/netrc"}, _no_probe, "offline"),  # no key anywhere
-        ("auto", {"WANDB_API_KEY": "k"}, lambda timeout: "wandb.Api() did not answer within 10 s", "offline"),
-        ("auto", {"WANDB_API_KEY": "k"}, lambda timeout: None, "wandb"),  # reachable: wandb sweep + agent
-        ("on", {"WANDB_API_KEY": "k", "WANDB_MODE": "online"}, lambda timeout: None, "wandb"),
+        ("auto", {"WANDB_API_KEY": "k", "WANDB_MODE": "online"}, _no_probe, "offline"),  # a server, but not asked
+        ("auto", {"WANDB_API_KEY": "k", "WANDB_MODE": "offline"}, _no_probe, "offline"),
+        ("on", {"WANDB_API_KEY": "k", "WANDB_MODE": "online"}, lambda timeout: None, "wandb"),  # asked, reachable
+        ("on", {"WANDB_API_KEY": "k"}, lambda timeout: None, "wandb"),
     ],
 )
-def test_wandb_is_used_only_when_reachable(monkeypatch, mode, environ, probe, backend):
+def test_wandb_is_used_only_with_wandb_on(monkeypatch, mode, environ, probe, backend):
     monkeypatch.setattr(sweep_command, "probe_wandb", probe)
     assert sweep_command.choose_backend(mode, environ, 10.0)[0] == backend
 
@@ -202,6 +202,13 @@ def test_wandb_on_refuses_an_unreachable_server(monkeypatch):
     monkeypatch.setattr(sweep_command, "probe_wandb", lambda timeout: "wandb.Api() failed (401)")
     with pytest.raises(RuntimeError, match=r"--wandb on, but wandb.Api\(\) failed \(401\)"):
         sweep_command.choose_backend("on", {"WANDB_API_KEY": "k"}, 10.0)
+    monkeypatch.setattr(sweep_command, "probe_wandb", _no_probe)
+    for environ, reason in [
+        ({"WANDB_API_KEY": "k", "WANDB_MODE": "disabled"}, "WANDB_MODE=disabled"),
+        ({"NETRC": "/nonexistent/netrc"}, "no wandb API key"),
+    ]:
+        with pytest.raises(RuntimeError, match=f"--wandb on, but {reason}"):
+            sweep_command.choose_backend("on", environ, 10.0)
 
 
 def test_a_netrc_entry_is_an_api_key(tmp_path):
@@ -220,8 +227,29 @@ def test_main_hands_a_reachable_server_to_wandb_sweep_and_agent(tmp_path, monkey
     monkeypatch.setattr(sweep_command, "probe_wandb", lambda timeout: None)
     monkeypatch.setattr(sweep_command, "run_offline", lambda *a: pytest.fail("the offline runner must not run"))
     monkeypatch.setattr(sweep_command, "run_wandb", lambda p, count: calls.append((p, count)) or 0)
-    assert sweep_command.main([str(path), "--count", "2", "--output-dir", str(tmp_path / "o")]) == 0
+    argv = [str(path), "--count", "2", "--output-dir", str(tmp_path / "o")]
+    assert sweep_command.main([*argv, "--wandb", "on"]) == 0
     assert calls == [(path, 2)] and not (tmp_path / "o").exists()
+
+
+def test_a_reachable_server_is_not_used_by_default(tmp_path, monkeypatch):
+    """Under wandb agent every seed of a config would write into one output_dir: the default stays offline."""
+    path, offline = _write_sweep(tmp_path), []
+    monkeypatch.setenv("WANDB_MODE", "online")
+    monkeypatch.setenv("WANDB_API_KEY", "k")
+    monkeypatch.setattr(sweep_command, "probe_wandb", _no_probe)
+    monkeypatch.setattr(sweep_command, "run_wandb", lambda p, count: pytest.fail("wandb agent must not run"))
+    monkeypatch.setattr(sweep_command, "run_offline", lambda sweep, plan, *a: offline.append(len(plan)) or 0)
+    assert sweep_command.main([str(path), "--output-dir", str(tmp_path / "o")]) == 0
+    assert offline == [3]
+
+
+def test_help_shows_each_default_once():
+    text = " ".join(sweep_command.make_parser().format_help().split())  # argparse wraps lines
+    assert "(default: None)" not in text
+    assert "(variants in <dir>/<name>; default: outputs/sweeps/<name>) --count" in text
+    assert "(default: run_cap); grid: run only the first N --seed" in text
+    assert "(default: auto)" in text and "(default: 10.0)" in text  # the others keep argparse's
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -271,4 +299,111 @@ def test_launch_script_runs_the_sweep_from_the_repository_root(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert _states(out) == dict.fromkeys(NAMES, "finished")
     assert f"-m procrl.scripts.sweep {path} --output-dir {out}" in done.stderr
-    assert "3 variants, offline (WANDB_MODE=offline)" in done.stderr
+    assert "3 variants, offline (--wandb auto; wandb sweep + agent only with --wandb on)" in done.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Resume only what did not change (variant fingerprints), and never judge a run by an earlier attempt's run.json
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _fingerprint_sweep(tmp_path: Path, max_steps: int) -> Path:
+    """One variant (step=1) whose name leaves out its constant max_steps and its thin config (base: base.yaml)."""
+    (tmp_path / "thin.yaml").write_text("base: base.yaml\nlearning_rate: 0.1\n")
+    if not (tmp_path / "base.yaml").exists():
+        (tmp_path / "base.yaml").write_text("max_completion_length: 64\nlearning_rate: 0.5\n")
+    spec = {
+        "program": str(FAKE),
+        "method": "grid",
+        "parameters": {
+            "step": {"values": [1]},
+            "counter": {"value": str(tmp_path / "counter.txt")},
+            "max_steps": {"value": max_steps},
+            "config": {"value": str(tmp_path / "thin.yaml")},
+        },
+    }
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.mark.slow
+def test_changed_settings_of_a_finished_variant_refuse_the_sweep_unless_rerun(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    out, run_json = tmp_path / "sweep", tmp_path / "sweep" / "step=1" / "run.json"
+    refused = f"procrl sweep: error: variant step=1: {sweep_command.CHANGED}"
+    assert refused.endswith("settings changed since this variant finished: use another --output-dir or --rerun")
+
+    def sweep(max_steps: int, *flags: str) -> int:
+        path = _fingerprint_sweep(tmp_path, max_steps)
+        capsys.readouterr()
+        return sweep_command.main([str(path), "--output-dir", str(out), "--wandb", "off", *flags])
+
+    def ran() -> int:
+        return _counts(tmp_path)[1]
+
+    assert sweep(2) == 0 and ran() == 1
+    first = json.loads(run_json.read_text())
+    assert sweep(2) == 0 and ran() == 1  # unchanged: skipped
+    assert json.loads((out / "sweep.json").read_text())["variants"][0]["skipped"] is True
+
+    # a constant (not in the variant's name) changed: one line, nothing runs, the old record stays
+    assert sweep(3) == 2 and ran() == 1
+    assert capsys.readouterr().err.strip() == refused
+    assert json.loads(run_json.read_text()) == first
+    assert sweep(3, "--rerun") == 0 and ran() == 2
+    second = json.loads(run_json.read_text())
+    assert json.loads((out / "step=1" / "run.json.prev").read_text()) == first  # the earlier attempt, kept
+    assert "--max_steps=3" in second["argv"] and second["variant"]["fingerprint"] != first["variant"]["fingerprint"]
+    assert sweep(3) == 0 and ran() == 2  # the rerun's record matches now
+
+    # an edit of the thin config's base changes the resolved config: refused, then rerun
+    (tmp_path / "base.yaml").write_text("max_completion_length: 128\nlearning_rate: 0.5\n")
+    assert sweep(3) == 2 and ran() == 2
+    assert capsys.readouterr().err.strip() == refused
+    assert sweep(3, "--rerun") == 0 and ran() == 3
+    # a comment or a key the override replaces anyway leaves the resolved config as it was: skipped
+    (tmp_path / "base.yaml").write_text("# edited\nmax_completion_length: 128\nlearning_rate: 0.9\n")
+    assert sweep(3) == 0 and ran() == 3
+    # --rerun does not rerun what did not change
+    assert sweep(3, "--rerun") == 0 and ran() == 3
+
+
+@pytest.mark.slow
+def test_a_finished_run_json_without_fingerprint_is_refused_and_the_dry_run_says_why(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    path, out = _fingerprint_sweep(tmp_path, 2), tmp_path / "sweep"
+    (out / "step=1").mkdir(parents=True)
+    (out / "step=1" / "run.json").write_text(json.dumps({"status": "finished", "variant": None}))  # an older record
+    assert sweep_command.main([str(path), "--output-dir", str(out), "--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith(f"# step=1 [finished, settings changed] -> {out / 'step=1'}\n")
+    assert sweep_command.main([str(path), "--output-dir", str(out), "--wandb", "off"]) == 2
+    assert capsys.readouterr().err.strip().endswith(sweep_command.CHANGED)
+    assert not (tmp_path / "counter.txt").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stale", ["failed", "running"])
+def test_a_rerun_that_dies_before_its_record_is_not_judged_by_the_stale_one(tmp_path, monkeypatch, stale):
+    path, out = _write_sweep(tmp_path), tmp_path / "sweep"
+    folder = out / "step=1"
+    folder.mkdir(parents=True)
+    old = {"schema_version": 1, "status": stale, "error": "OldError: the previous attempt's"}
+    (folder / "run.json").write_text(json.dumps(old))
+    monkeypatch.setenv("FAKE_DIE_EARLY_AT", "1")
+    assert sweep_command.main([str(path), "--output-dir", str(out), "--wandb", "off", "--count", "1"]) == 1
+    (row,) = json.loads((out / "sweep.json").read_text())["variants"]
+    assert (row["state"], row["returncode"]) == ("failed", 4)
+    assert row["error"] == f"exit status 4; see {folder / 'log.txt'}"  # not the stale record's error
+    assert not (folder / "run.json").exists()
+    assert json.loads((folder / "run.json.prev").read_text()) == old
+
+
+def test_the_run_record_keeps_the_variant_fingerprint(tmp_path, monkeypatch):
+    from procrl.tracking import track_run
+
+    variant = {"sweep": "s", "name": "seed=1", "parameters": {"seed": 1}, "seed": 1, "fingerprint": "ab" * 32}
+    monkeypatch.setenv("PROCRL_VARIANT", json.dumps(variant))
+    with track_run(tmp_path, command="frs", argv=[]):
+        pass
+    assert json.loads((tmp_path / "run.json").read_text())["variant"] == variant
