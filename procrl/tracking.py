@@ -8,8 +8,9 @@
 commit of the procrl checkout and whether its tree was dirty, package versions, the machine, the sweep variant the
 run belongs to (`PROCRL_VARIANT`), the status ("running" while it runs, then "finished" or "failed" with the error),
 the wall time, and the command's headline `metrics` (flat numbers) and `history` (one entry per logging step). A
-sweep skips a variant whose `run.json` says "finished"; `procrl report` reads the rest. Every write is atomic (a
-temporary file in the same directory, then `os.replace`), so a reader never sees half a record. Only the main
+sweep skips a variant whose `run.json` says "finished" with its settings fingerprint; `procrl report` reads the
+rest. Every write is atomic (`write_json_atomic`: a temporary file in the same directory, then `os.replace`), so a
+reader never sees half a record. Only the main
 process of a distributed run writes (`RANK` / `LOCAL_RANK`); on the other ranks the record is inert. Secret flag
 values in `argv` (`--hub_token hf_...`) are masked (`procrl.provenance.mask_argv`). In the main thread a SIGTERM
 (a scheduler's or `kill`'s stop) raises `Terminated` while the run is tracked, so the record says "failed" with an
@@ -70,6 +71,7 @@ __all__ = [
     "package_versions",
     "read_variant",
     "track_run",
+    "write_json_atomic",
 ]
 
 SCHEMA_VERSION = 1
@@ -234,7 +236,7 @@ class TrackedRun:
             return
         self.record["metrics"] = _numbers_only(self.metrics, "metrics")
         self.record["history"] = [_numbers_only(entry, "history") for entry in self.history]
-        _write_json_atomic(self.path, self.record)
+        write_json_atomic(self.path, self.record)
 
     # -- SIGTERM ----------------------------------------------------------------------------------------------------
 
@@ -354,7 +356,8 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 # -- small helpers -------------------------------------------------------------------------------------------------
 
 
-def _write_json_atomic(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` atomically: a temporary file in the same directory, fsync, `os.replace`."""
     handle = tempfile.NamedTemporaryFile(
         "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".tmp", delete=False
     )

@@ -16,8 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from procrl.sweeps import Sweep, Variant
-from procrl.tracking import RUN_FILE
-from procrl.tracking import _write_json_atomic as write_json_atomic  # the one atomic writer (temp, fsync, replace)
+from procrl.tracking import RUN_FILE, write_json_atomic  # the one atomic writer (temp file, fsync, os.replace)
 from procrl.utils import get_logger
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "PREVIOUS_RUN_FILE", "read_run_record", "run_offline", "run_state"]
