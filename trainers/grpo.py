@@ -199,7 +199,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         finish_vllm_setup(self)  # re-seed after TRL's LLM(seed=...); CPU weight sync through reload_weights
         self.outcome_func = outcome_func
         self.step_reward_func = step_reward_func
-        self.monitor = TrainingMonitor(self.args, self.accelerator.is_main_process)
+        self.monitor = TrainingMonitor.attach(self)  # + the completions.jsonl reset at train begin
         if getattr(self.args, "console_line", True):
             install_console_line(self)
         if step_reward_func is not None and self.args.scale_rewards != "group":

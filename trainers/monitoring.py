@@ -21,19 +21,27 @@ reward, advantage, and the `extra` columns that reward functions add through TRL
 Per-step values are lists of float with None for NaN, the form wandb's Table accepts (a NaN inside a list makes
 `wandb.Table` raise: wandb/sdk/data_types/table.py:645) and parquet stores as list<double>.
 `CompletionsLog` appends the same rows, bounded per step, to `<output_dir>/completions.jsonl` on the main process.
+At train begin (`TrainingMonitor.attach` registers the hook) a fresh run moves a previous attempt's file aside to
+`completions.jsonl.prev`, and a run resumed from a checkpoint keeps only the rows up to the checkpoint's step, so
+a rerun into the same output_dir never interleaves two attempts' rows.
+
+A monitor that fails on a batch (`log_batch_monitors`) is a logged warning, never a crash mid-training.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from transformers.trainer_callback import TrainerCallback
+
 from procrl.step_rewards import StepRewards
 from procrl.trainers.hacking import RewardAccuracyMonitor, mean_repetition_rate, within_group_corr
-from procrl.utils import completion_to_text, get_logger, prompt_to_text
+from procrl.utils import completion_to_text, get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
 
@@ -67,7 +75,9 @@ class MonitorArguments:
         metadata={
             "help": "Append the latest generation batch's completions to <output_dir>/completions.jsonl at every "
             "logging step (step, prompt, completion, each reward, advantage, per-step scores or labels when the run "
-            "has them). Independent of TRL's log_completions (rich print, wandb table, parquet)."
+            "has them). A fresh run moves an earlier file to completions.jsonl.prev; a run resumed from a "
+            "checkpoint keeps the rows up to the checkpoint's step. Independent of TRL's log_completions (rich "
+            "print, wandb table, parquet)."
         },
     )
     completions_jsonl_per_step: int | None = field(
@@ -108,14 +118,21 @@ def log_batch_monitors(log_metric, repetition, lengths, rewards, group_size: int
         lengths: completion lengths in tokens `(N,)`.
         rewards: `{reward name: (N,) values, NaN = not applicable}` for the non-outcome rewards.
         group_size: completions per prompt (the groups are consecutive blocks).
+
+    Each metric is computed on its own: one that raises (e.g. `within_group_corr` on a batch that is not made of
+    whole groups) is left out of this batch with a logged warning, and the others are still logged.
     """
-    rate = mean_repetition_rate(repetition)
-    if rate is not None:
-        log_metric("hacking/repetition_rate", rate)
+    monitors = {"hacking/repetition_rate": lambda: mean_repetition_rate(repetition)}
     for name, values in rewards.items():
-        corr = within_group_corr(values, lengths, group_size)
-        if corr is not None:
-            log_metric(f"hacking/length_corr/{name}", corr)
+        monitors[f"hacking/length_corr/{name}"] = lambda values=values: within_group_corr(values, lengths, group_size)
+    for key, compute in monitors.items():
+        try:
+            value = compute()
+        except Exception as error:  # telemetry must never stop training
+            logger.warning("%s left out of this batch: the monitor failed (%s: %s)", key, type(error).__name__, error)
+            continue
+        if value is not None:
+            log_metric(key, value)
 
 
 def step_reward_columns(step_rewards: list[StepRewards | None]) -> dict[str, list]:
@@ -141,6 +158,43 @@ class CompletionsLog:
     def __init__(self, path: str | Path, per_step: int | None = 16):
         self.path = Path(path)
         self.per_step = per_step
+
+    def start(self, resume_step: int = 0) -> None:
+        """Make the file hold only this run's rows, at train begin.
+
+        `resume_step` 0 (a fresh run): an existing file, a previous attempt's, is moved to `<path>.prev` (replacing
+        an older one), so its rows are kept but never mixed with this run's. `resume_step` > 0 (resumed from a
+        checkpoint saved at that optimizer step): rows with `step` <= `resume_step` are kept and the later ones,
+        which the resumed run writes again, are dropped, as are lines that are not a JSON object with an integer
+        `step` (e.g. a line cut off by a crash); how many is logged. Rewritten through a temp file and
+        `os.replace`, so the file is never half-written.
+        """
+        if not self.path.is_file():
+            return
+        if resume_step <= 0:
+            previous = self.path.with_name(self.path.name + ".prev")
+            os.replace(self.path, previous)
+            logger.info("%s: a previous attempt's rows moved to %s (this run starts a new file)", self.path, previous)
+            return
+        kept = dropped = 0
+        temp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(self.path, encoding="utf-8") as source, open(temp, "w", encoding="utf-8") as target:
+            for line in source:
+                step = _row_step(line)
+                if step is not None and step <= resume_step:
+                    target.write(line if line.endswith("\n") else line + "\n")
+                    kept += 1
+                elif line.strip():
+                    dropped += 1
+        os.replace(temp, self.path)
+        if dropped:
+            logger.info(
+                "%s: resuming from step %d, kept %d rows, dropped %d (later steps, written again now, or unreadable)",
+                self.path,
+                resume_step,
+                kept,
+                dropped,
+            )
 
     def write(self, step: int, mode: str, logs: dict[str, Any]) -> int:
         """Write the rows of TRL's `trainer._logs` (`prompt`, `completion`, `rewards`, `advantages`, `extra`);
@@ -176,7 +230,7 @@ class CompletionsLog:
             if advantages is not None:
                 row["advantage"] = advantages[i]
             row.update({k: v[i] for k, v in extra.items()})
-            lines.append(json.dumps(_json_safe(row), ensure_ascii=False, allow_nan=False, default=str))
+            lines.append(json.dumps(json_safe(row), ensure_ascii=False, allow_nan=False, default=str))
         if lines:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.path, "a", encoding="utf-8") as f:
@@ -188,7 +242,8 @@ class TrainingMonitor:
     """The per-run state behind the monitors: the rolling reward-accuracy window, the completions log, and how many
     generation batches were scored (so a logging step without a new batch writes no duplicate rows).
 
-    Built from the trainer's args with `MonitorArguments`' defaults for fields a plain `GRPOConfig` lacks."""
+    Built from the trainer's args with `MonitorArguments`' defaults for fields a plain `GRPOConfig` lacks;
+    `attach(trainer)` also registers the train-begin hook (`CompletionsLog.start`)."""
 
     def __init__(self, args, is_main_process: bool = True):
         self.reward_accuracy = RewardAccuracyMonitor(getattr(args, "hacking_window", 10))
@@ -200,6 +255,23 @@ class TrainingMonitor:
         self.is_main_process = is_main_process
         self.batches = 0  # generation batches scored (incremented by the trainer's _calculate_rewards)
         self._written = 0
+
+    @classmethod
+    def attach(cls, trainer) -> TrainingMonitor:
+        """The monitor of `trainer` (a transformers `Trainer`), with a callback that calls `on_train_begin`."""
+        monitor = cls(trainer.args, trainer.accelerator.is_main_process)
+        trainer.add_callback(_TrainBegin(monitor))
+        return monitor
+
+    def on_train_begin(self, global_step: int) -> None:
+        """At train begin: `global_step` is the resumed checkpoint's step, 0 for a fresh run (transformers loads
+        the checkpoint's `TrainerState` before `on_train_begin`, trainer.py:1612 / :1697 / :1653)."""
+        if self.completions is None:
+            return
+        try:
+            self.completions.start(global_step)
+        except OSError:  # telemetry must never stop training
+            logger.exception("could not prepare %s; training continues", self.completions.path)
 
     def on_log(self, metrics: dict[str, list], logs: dict[str, Any], step: int, mode: str) -> None:
         """Before TRL averages `metrics` (`trainer._metrics[mode]`, lists of per-batch values) into a log: add
@@ -226,6 +298,26 @@ class TrainingMonitor:
                 logger.exception("could not write %s; training continues", self.completions.path)
 
 
+class _TrainBegin(TrainerCallback):
+    """Calls `TrainingMonitor.on_train_begin` with the run's starting step."""
+
+    def __init__(self, monitor: TrainingMonitor):
+        self.monitor = monitor
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.monitor.on_train_begin(state.global_step)
+
+
+def _row_step(line: str) -> int | None:
+    """The integer `step` of one completions.jsonl line; None when it is not a JSON object with one."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def _mean(values) -> float | None:
     """TRL's averaging of one metric (NaN filtered out, grpo_trainer.py:3305-3312); None when nothing is left."""
     valid = [v for v in values or [] if v is not None and not math.isnan(v)]
@@ -235,13 +327,3 @@ def _mean(values) -> float | None:
 def _finite(value) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
-
-
-def _json_safe(value):
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value

@@ -1,6 +1,7 @@
 """The GRPO monitors on the trainer path (`procrl.trainers.monitoring`): hacking metrics in log_history equal to an
 independent computation on the logged completions, per-step scores in the completions table and completions.jsonl,
-the rolling reward-accuracy warning, and the config fields."""
+the rolling reward-accuracy warning, completions.jsonl across attempts (fresh / resumed), a failing monitor, and
+the config fields."""
 
 import json
 import logging
@@ -17,9 +18,16 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from procrl.generation import render_prompts
 from procrl.rewards.outcome import outcome_reward
 from procrl.step_rewards import StepRewards
+from procrl.trainers import monitoring
 from procrl.trainers.console import ConsoleLineCallback
 from procrl.trainers.grpo import ProcessGRPOTrainer
-from procrl.trainers.monitoring import COMPLETIONS_FILE, CompletionsLog, TrainingMonitor, step_reward_columns
+from procrl.trainers.monitoring import (
+    COMPLETIONS_FILE,
+    CompletionsLog,
+    TrainingMonitor,
+    log_batch_monitors,
+    step_reward_columns,
+)
 from procrl.utils import completion_to_text
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
@@ -181,10 +189,14 @@ def test_training_step_logs_monitors_completions_and_a_console_line(tmp_path, ti
     trainer = _trainer(tmp_path, tiny_llama, tokenizer, [outcome_reward, completion_chars, step_labels])
     kinds = [type(cb) for cb in trainer.callback_handler.callbacks]
     assert ConsoleLineCallback in kinds and ProgressCallback not in kinds and PrinterCallback not in kinds
+    stale = '{"step": 1, "mode": "train", "index": 0, "completion": "a previous attempt"}\n'
+    (tmp_path / COMPLETIONS_FILE).write_text(stale, encoding="utf-8")  # a rerun into the same output_dir
     with caplog.at_level(logging.INFO, logger="procrl"):
         trainer.train()
     logs = trainer.state.log_history[0]
     rows = _rows(tmp_path)
+    assert len(rows) == 8 and "a previous attempt" not in [r["completion"] for r in rows]  # only this run's rows
+    assert (tmp_path / f"{COMPLETIONS_FILE}.prev").read_text(encoding="utf-8") == stale  # kept aside
     _check_monitors(logs, rows, tokenizer)
     assert all("process/step_rewards" not in r and "process/step_ends" not in r for r in rows)  # outcome mode
     assert "hacking/reward_accuracy_corr" not in logs  # one logging step: no correlation yet
@@ -317,3 +329,47 @@ def test_nan_rows_keep_the_stats_shape(tmp_path, tiny_llama, tokenizer):
     assert stats.shape == (2, 4)
     assert stats[0, 1:3].tolist() == [9.0, 0.0] and stats[0, 3].item() == pytest.approx(0.2)  # EOS dropped
     assert stats[1, 2].item() == 1.0 and math.isnan(stats[1, 3].item())  # no EOS: truncated; < 4 tokens
+
+
+def test_trainer_registers_the_train_begin_hook(tmp_path, tiny_llama, tokenizer):
+    trainer = _trainer(tmp_path, tiny_llama, tokenizer, [outcome_reward])
+    hooks = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, monitoring._TrainBegin)]
+    assert len(hooks) == 1 and hooks[0].monitor is trainer.monitor
+
+
+def test_a_failing_monitor_is_a_warning(caplog, monkeypatch):
+    logged = []
+    log = lambda key, value: logged.append((key, value))  # noqa: E731
+    lengths = [3.0, 5.0, 4.0, 8.0]
+    with caplog.at_level(logging.WARNING, logger="procrl"):
+        # a partial group: 4 completions with group_size 3 -> within_group_corr raises ValueError
+        log_batch_monitors(log, [0.5, 0.1, math.nan, 0.3], lengths, {"bonus": [1.0, 2.0, 0.0, 1.0]}, 3)
+    assert logged == [("hacking/repetition_rate", pytest.approx(0.3))]
+    assert "hacking/length_corr/bonus left out of this batch: the monitor failed (ValueError:" in caplog.text
+
+    def broken(rates):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(monitoring, "mean_repetition_rate", broken)
+    logged.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="procrl"):
+        log_batch_monitors(log, [0.5] * 4, lengths, {"a": [1.0, 2.0, 3.0, 4.0], "b": [2.0, 1.0, 2.0, 1.0]}, 2)
+    # within each pair the reward rises with the length (a) or falls (b): corr +1 in both pairs / -1 in both
+    assert logged == [("hacking/length_corr/a", 1.0), ("hacking/length_corr/b", -1.0)]
+    assert "hacking/repetition_rate left out of this batch: the monitor failed (RuntimeError: boom)" in caplog.text
+
+
+def test_trainer_survives_a_partial_group(tmp_path, tiny_llama, tokenizer, caplog):
+    trainer = _trainer(tmp_path, tiny_llama, tokenizer, [outcome_reward, completion_chars])
+    trainer.model.train()
+    # 3 rows with num_generations 4: not whole groups (within_group_corr raises); correct, length, truncated, rep.
+    gathered = torch.tensor([[1.0, 4.0, 0.0, 0.1], [0.0, 6.0, 0.0, 0.3], [1.0, 9.0, 1.0, math.nan]])
+    rewards = torch.tensor([[1.0, 10.0], [0.0, 20.0], [1.0, 40.0]])
+    with caplog.at_level(logging.WARNING, logger="procrl"):
+        trainer._log_process_metrics(gathered, rewards)
+    metrics = trainer._pending_metrics  # TRL's _log_metric buffer (grpo_trainer.py:1576)
+    assert metrics["task/accuracy"] == [pytest.approx(2 / 3)]
+    assert metrics["hacking/repetition_rate"] == [pytest.approx(0.2)]
+    assert "hacking/length_corr/completion_chars" not in metrics
+    assert "hacking/length_corr/completion_chars left out of this batch" in caplog.text
