@@ -8,6 +8,11 @@ tqdm is on) and logs, through procrl's logger, a line like
     step 3/25 | loss 0.012 | reward 0.41 ± 0.22 | acc 0.38 | len 143 | outcome_reward 0.38 | picsar_bonus 0.12 |
     hacking rep 0.03 r·acc -0.2 | 12.3 s/step
 
+When procrl's logger would not show an INFO record (its level is above INFO, or no handler up its chain takes
+INFO: a library user who never configured logging has only `logging.lastResort`, which shows WARNING and up), the
+line is written to stdout with `tqdm.write` instead, where transformers' `PrinterCallback` printed its dict: the
+per-step output is never lost by default.
+
 Fields whose metric is missing (or None/NaN) are left out. The full metrics are untouched: the callback only reads
 `logs`; `state.log_history` and the report_to backends get everything (they are filled before the callbacks run,
 `Trainer.log`, transformers/trainer.py:4210-4211).
@@ -15,9 +20,11 @@ Fields whose metric is missing (or None/NaN) are left out. The full metrics are 
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
+from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -26,7 +33,7 @@ from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["ConsoleLineCallback", "format_console_line", "format_number", "install_console_line"]
+__all__ = ["ConsoleLineCallback", "format_console_line", "format_number", "install_console_line", "shows_info"]
 
 
 def format_number(value) -> str | None:
@@ -80,9 +87,24 @@ def format_console_line(logs: dict, step: int, max_steps: int | None = None, sec
     return " | ".join(parts) if len(parts) > 1 else None
 
 
+def shows_info(log: logging.Logger) -> bool:
+    """Whether an INFO record of `log` reaches a handler: `log` is enabled for INFO and it or an ancestor it
+    propagates to has a handler whose level is INFO or lower (`logging.Logger.callHandlers`, logging/__init__.py;
+    `logging.lastResort`, used when there is none, shows WARNING and up). Handler filters are not consulted."""
+    if not log.isEnabledFor(logging.INFO):
+        return False
+    current: logging.Logger | None = log
+    while current is not None:
+        if any(handler.level <= logging.INFO for handler in current.handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
+
+
 class ConsoleLineCallback(ProgressCallback):
     """transformers' `ProgressCallback` (the bar, unless `disable_tqdm`) whose `on_log` logs `format_console_line`
-    at INFO on the world's main process instead of writing the dict. Seconds per step are wall time between two
+    at INFO on the world's main process instead of writing the dict, or writes it to stdout with `tqdm.write` when
+    procrl's logger would not show it (`shows_info`). Seconds per step are wall time between two
     train logs divided by the optimizer steps between them (from the start of training for the first)."""
 
     def __init__(self, max_str_len: int = 100):
@@ -118,7 +140,9 @@ class ConsoleLineCallback(ProgressCallback):
         line = format_console_line(logs, state.global_step, state.max_steps, seconds)
         if line is None:
             return
-        if self.training_bar is not None:
+        if not shows_info(logger):  # nobody configured logging (a library user): print like PrinterCallback did
+            tqdm.write(line)  # above the bar, if there is one (tqdm/std.py:718-726)
+        elif self.training_bar is not None:
             with logging_redirect_tqdm():  # root's console handlers write through tqdm, so the bar stays intact
                 logger.info(line)
         else:

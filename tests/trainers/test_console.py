@@ -1,4 +1,5 @@
-"""The console line of procrl's GRPO runs (`procrl.trainers.console`)."""
+"""The console line of procrl's GRPO runs (`procrl.trainers.console`): its format, and where it goes (the procrl
+logger when that shows INFO, else stdout through tqdm.write)."""
 
 import logging
 import math
@@ -7,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from transformers.trainer_callback import TrainerControl, TrainerState
 
-from procrl.trainers.console import ConsoleLineCallback, format_console_line
+from procrl.trainers.console import ConsoleLineCallback, format_console_line, shows_info
 
 FULL = {
     "loss": 0.0123,
@@ -79,3 +80,74 @@ def test_callback_logs_the_line_on_the_main_process(caplog, disable_tqdm):
     assert lines[0].startswith("step 2/5 | loss 0.25 | reward 0.5 ± 0.1 | ") and lines[0].endswith(" s/step")
     assert lines[1] == "eval step 2/5 | reward 0.3"  # no s/step for an eval log
     assert callback.training_bar is None
+
+
+@pytest.fixture
+def set_level():
+    """`set_level(logger, level)` through `Logger.setLevel` (which clears the loggers' isEnabledFor cache), undone
+    after the test."""
+    saved = {}
+
+    def set_level(log, level):
+        saved.setdefault(log, log.level)
+        log.setLevel(level)
+
+    yield set_level
+    for log, level in saved.items():
+        log.setLevel(level)
+
+
+def _isolated(monkeypatch, set_level, name, level=logging.NOTSET):
+    """A logger tree `name` cut off from root (where pytest's handlers are): what a library user who never
+    configured logging has."""
+    top = logging.getLogger(name)
+    monkeypatch.setattr(top, "propagate", False)
+    monkeypatch.setattr(top, "handlers", [])
+    set_level(top, level)
+    return top
+
+
+def test_shows_info(monkeypatch, set_level):
+    top = _isolated(monkeypatch, set_level, "procrl_test_console", logging.INFO)
+    child = logging.getLogger("procrl_test_console.child")
+    assert not shows_info(child)  # no handler up the chain: logging.lastResort shows WARNING only
+    monkeypatch.setattr(top, "handlers", [logging.NullHandler(logging.WARNING)])
+    assert not shows_info(child)  # a handler that drops INFO
+    monkeypatch.setattr(top, "handlers", [logging.NullHandler(logging.WARNING), logging.NullHandler()])
+    assert shows_info(child)
+    set_level(top, logging.WARNING)
+    assert not shows_info(child)  # the logger itself drops INFO
+    set_level(child, logging.INFO)
+    assert shows_info(child)
+    set_level(top, logging.INFO)
+    monkeypatch.setattr(child, "propagate", False)
+    assert not shows_info(child)  # the handlers above are not reached
+
+
+def _one_log(disable_tqdm):
+    args = SimpleNamespace(disable_tqdm=disable_tqdm)
+    state, control = TrainerState(max_steps=5), TrainerControl()
+    callback = ConsoleLineCallback()
+    callback.on_train_begin(args, state, control)
+    state.global_step = 1
+    callback.on_step_end(args, state, control)
+    callback.on_log(args, state, control, logs={"loss": 0.25, "reward": 0.5})
+    callback.on_train_end(args, state, control)
+
+
+@pytest.mark.parametrize("disable_tqdm", [True, False])
+@pytest.mark.parametrize("level", [logging.NOTSET, logging.WARNING])
+def test_unconfigured_logging_prints_the_line(monkeypatch, set_level, capsys, caplog, disable_tqdm, level):
+    _isolated(monkeypatch, set_level, "procrl", level)  # NOTSET: root's WARNING decides; WARNING: procrl set quiet
+    _one_log(disable_tqdm)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]
+    assert len(lines) == 1 and lines[0].startswith("step 1/5 | loss 0.25 | reward 0.5 | ")
+    assert lines[0].endswith(" s/step")
+    assert not [r for r in caplog.records if r.name == "procrl.trainers.console"]
+
+
+def test_configured_logging_gets_the_line_not_stdout(capsys, caplog):
+    with caplog.at_level(logging.INFO, logger="procrl"):
+        _one_log(disable_tqdm=True)
+    assert "step 1/5" not in capsys.readouterr().out
+    assert [r.getMessage()[:8] for r in caplog.records if r.name == "procrl.trainers.console"] == ["step 1/5"]
