@@ -1,0 +1,95 @@
+"""Bootstrap confidence intervals over problems: the one resampling helper of procrl's results tables.
+
+Every comparison under docs/results/ resamples PROBLEMS (not samples within a problem) with replacement and takes the
+percentile interval of the statistic (Efron & Tibshirani 1993, §13.3). A statistic is a function of the resampled
+problem indices, so statistics that re-select over the resample (FRS@K's top-K% traces, AUROC) work the same way as
+a plain mean.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_interval", "bootstrap_mean_interval"]
+
+BOOTSTRAP_RESAMPLES = 1000
+
+
+def bootstrap_interval(
+    n_items: int,
+    statistic: Callable[[np.ndarray], float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of `statistic` over `n_items` items resampled with replacement.
+
+    Args:
+        n_items: how many items (problems) there are.
+        statistic: maps an index array `(n_items,)` (int, with repeats) to a float. A resample where it is not
+            finite (e.g. an AUROC with one class only) is left out.
+        resamples: bootstrap draws; confidence: the interval's coverage (0.95: the 2.5th and 97.5th percentiles);
+        seed: `numpy.random.default_rng(seed)`, so the same call gives the same interval.
+
+    Returns:
+        (low, high). With one item: (statistic, statistic).
+
+    Raises:
+        ValueError: `n_items` < 1, `resamples` < 1, `confidence` outside (0, 1), or no resample with a finite value.
+
+    >>> lo, hi = bootstrap_interval(4, lambda idx: float(np.mean(np.array([0, 0, 1, 1])[idx])), seed=0)
+    >>> 0.0 <= lo < 0.5 < hi <= 1.0
+    True
+    """
+    if n_items < 1:
+        raise ValueError("bootstrap_interval: no items to resample")
+    if resamples < 1:
+        raise ValueError(f"bootstrap_interval: resamples must be >= 1, got {resamples}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"bootstrap_interval: confidence must be in (0, 1), got {confidence}")
+    if n_items == 1:
+        value = float(statistic(np.zeros(1, dtype=np.int64)))
+        if not math.isfinite(value):
+            raise ValueError("bootstrap_interval: the statistic is not finite on the only item")
+        return value, value
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        value = float(statistic(rng.integers(0, n_items, size=n_items)))
+        if math.isfinite(value):
+            values.append(value)
+    if not values:
+        raise ValueError("bootstrap_interval: the statistic was not finite on any resample")
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(np.asarray(values), [alpha, 1.0 - alpha])
+    return float(low), float(high)
+
+
+def bootstrap_mean_interval(
+    values: Sequence[float],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """`bootstrap_interval` of the mean of per-item `values` (e.g. each problem's 0/1 correctness or its expected
+    accuracy over sample subsets).
+
+    Raises:
+        ValueError: no values, a non-finite value, or the errors of `bootstrap_interval`.
+
+    >>> bootstrap_mean_interval([0.25, 0.25, 0.25])
+    (0.25, 0.25)
+    """
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"bootstrap_mean_interval: need a non-empty 1-d sequence, got shape {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError("bootstrap_mean_interval: values must be finite")
+    return bootstrap_interval(
+        array.size, lambda idx: float(array[idx].mean()), resamples=resamples, confidence=confidence, seed=seed
+    )
