@@ -5,10 +5,11 @@ one-line errors (exit status 2) of a missing file, a file that is not a select r
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from procrl.scripts.bestofn import main, reports_as_flag
+from procrl.scripts.bestofn import BestOfNArguments, main, reports_as_flag
 
 # two problems x 3 candidates: (extracted, correct, num_tokens, score_pum)
 ROWS = {
@@ -45,8 +46,8 @@ def one_error_line(capsys) -> str:
 
 
 def test_end_to_end(report_path, tmp_path, capsys):
-    out_dir = tmp_path / "out"
-    assert main([report_path, "--ks", "1,3", "--subsets", "8", "--output-dir", str(out_dir)]) == 0
+    out_dir = tmp_path / "select" / "bestofn"  # the default: next to the report (the report word after a flag)
+    assert main(["--ks", "1,3", report_path, "--subsets", "8", "--resamples", "200"]) == 0
     printed = capsys.readouterr().out
     assert "| method | k=1 | k=3 |" in printed and f"results: {out_dir / 'bestofn.json'}" in printed
     result = json.loads((out_dir / "bestofn.json").read_text())
@@ -67,9 +68,10 @@ def test_end_to_end(report_path, tmp_path, capsys):
     assert record["metrics"]["bestofn/problems"] == 2 and record["metrics"]["bestofn/unparseable_gold"] == 0
 
 
-def test_default_output_dir_is_next_to_the_report(report_path, tmp_path, capsys):
-    assert main(["--ks", "3", report_path, "--resamples", "20"]) == 0
-    assert (tmp_path / "select" / "bestofn" / "table.md").is_file()
+def test_output_dir():
+    assert BestOfNArguments(reports=["a/s.json"], output_dir="out").output_path == Path("out")
+    assert BestOfNArguments(reports=["a/s.json", "b/t.json"]).output_path == Path("a/bestofn")
+    assert BestOfNArguments(reports=["x.json"], ks="8, 2,2").k_list == [2, 8]  # sorted, duplicates dropped
 
 
 def test_reports_as_flag():
