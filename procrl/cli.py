@@ -27,6 +27,8 @@ procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
                              a sweep file's variants: wandb sweep + agent, or offline one after another (resumable)
 procrl report SWEEP_DIR | RUN_DIR... [--output-dir D] [--title T] [--finished-only]
                              markdown table + plots (report.md, curves.png) from run.json files / offline wandb runs
+procrl bestofn SELECT.json [SELECT2.json ...] [--ks 1,2,4,6,8,16] [--output-dir D]
+                             best-of-k accuracy of every selection method from one sample set, with intervals
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ COMMANDS = {
     "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from run.json files / offline wandb runs (no server)"),
+    "bestofn": ("procrl.scripts.bestofn", "best-of-k curves (every selector, every k) from procrl select reports"),
 }
 
 

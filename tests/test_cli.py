@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
+    "bestofn": "procrl.scripts.bestofn",
 }
 
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "procrl.scripts.serve_retriever": ("procrl serve-retriever", ["--index", "2wiki_corpus_sample"]),
     "procrl.scripts.report": ("procrl report", ["runs/some_sweep"]),
     "procrl.scripts.sweep": ("procrl sweep", ["s.yaml"]),
+    "procrl.scripts.bestofn": ("procrl bestofn", ["some.json"]),
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
 # setting is a choice, which argparse refuses itself: tests/scripts/test_model_command.py)
@@ -39,6 +40,7 @@ REFUSED = {
     "procrl.scripts.serve_retriever": (["--port", "0"], "--port 0 is not a TCP port"),
     "procrl.scripts.report": (["--title", " "], "must be one non-empty line"),
     "procrl.scripts.sweep": (["--wandb", "maybe"], "wandb='maybe' must be one of"),
+    "procrl.scripts.bestofn": (["--ks", ","], "--ks is empty"),
 }
 
 
