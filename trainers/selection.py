@@ -3,48 +3,61 @@
 `run_select` samples `n` completions per problem with the policy (a `procrl.generation` rollout engine:
 `generation_backend` auto = vLLM wherever it imports, else transformers; the sampler's raw log-probs kept for
 PiCSAR), picks one per scorer and reports the accuracy of the picked completions
-(DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N). The scorers (`SCORER_FUNCS`, names in `SCORERS`):
+(DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N). The scorers (`SCORERS`; `procrl.trainers.selection_scorers`):
 
 - `pum`: argmax_i U(x, y_i) (the PUM's utility of the full completion, trailing EOS stripped);
-- `picsar`: argmax of the unnormalised PiCSAR sum log p(r|x) + log p(y|a,x,r) (the paper's selection score), the
-  answer term teacher-forced by the policy itself; completions without an extractable answer are never picked;
+- `pum_min`, `pum_last`, `pum_mean`: argmax of the min / last / mean over the step prefixes' utilities U(x, p_k)
+  (one step-scoring pass per completion shared by the three, steps split as `PUMReward`'s "min"/"last" modes
+  split them; a completion the PUM cannot score fully, e.g. longer than its budget, is never picked);
+- `picsar`: argmax of the unnormalised PiCSAR sum log p(r|x) + log p(y|a,x,r) (the paper's selection score);
+  `picsar_reasoning` and `picsar_answer`: argmax of one term alone (the same PiCSAR pass). The reasoning term is
+  the sampler's log-probs, the answer term is teacher-forced by the policy itself or by `picsar_evaluator` (the
+  paper's decoupled evaluator); completions without an extractable answer are never picked;
 - `majority`: the most frequent extracted answer (ties: the answer that appears first); its first completion;
 - `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
 
-Several scorers select from the SAME samples. Ties always go to the earliest candidate. The report also holds
-pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one sample. The samples
-(token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun with the same model, engine
-(`RolloutEngine.cache_key()`: a vLLM sample is never reused as a transformers one), data slice and sampling
-settings (e.g. with another scorer, or once a PUM is trained) reads them instead of sampling.
+Several scorers select from the SAME samples; a score pass writes all its columns (`score_<column>` per candidate:
+`picsar` also writes `score_picsar_reasoning` and `score_picsar_answer`). Ties always go to the earliest candidate.
+The report also holds pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one
+sample; with `greedy`, also one greedy decode per problem (temperature 0, same prompt and token budget) and its
+accuracy (row `greedy`). The samples (token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun
+with the same model, engine (`RolloutEngine.cache_key()`: a vLLM sample is never reused as a transformers one),
+data slice and sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of
+sampling. The greedy decodes are kept likewise in `<output stem>.greedy.jsonl` (keyed without the sampling-only
+settings `n`, `temperature`, `top_p`, `seed`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import random
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from procrl.generation import derive_seed
+from procrl.generation import SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
-from procrl.rewards.picsar import PiCSARScorer
-from procrl.rewards.pum_rewards import PUMReward
-from procrl.trainers.offline import OfflineConfig, Setup, accuracy, load_pum, load_setup, sampling_params, write_report
+from procrl.trainers.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params, write_report
+from procrl.trainers.selection_scorers import (
+    SCORERS,
+    Candidates,
+    ScoringContext,
+    _group,
+    pass_of,
+    score_candidates,
+    select_argmax,
+    select_majority,
+    select_random,
+)
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
 __all__ = [
     "SCORERS",
-    "SCORER_FUNCS",
     "Candidates",
     "SelectConfig",
     "run_select",
@@ -54,126 +67,33 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Pure selection rules
-# ----------------------------------------------------------------------------------------------------------
-
-
-def select_argmax(scores: Sequence[float | None]) -> int | None:
-    """Index of the highest score; ties go to the earliest; None and NaN are never picked (None if nothing is left).
-
-    >>> select_argmax([0.1, None, 0.7, 0.7])
-    2
-    >>> select_argmax([None, float("nan")]) is None
-    True
-    """
-    best, best_value = None, -math.inf
-    for i, value in enumerate(scores):
-        if value is None or not math.isfinite(value):
-            continue
-        if best is None or value > best_value:
-            best, best_value = i, value
-    return best
-
-
-def select_majority(answers: Sequence[str | None]) -> int | None:
-    """Index of the first candidate whose extracted answer is the most frequent one (majority vote).
-
-    Answers are compared as strings (`extract_answer` already makes numbers canonical: "1,250" -> "1250"). Ties go
-    to the answer whose first occurrence comes first; candidates without an answer (None) do not vote; None when no
-    candidate has an answer.
-
-    >>> select_majority(["4", None, "5", "5", "4"])  # 4 and 5 tie with two votes; "4" appears first
-    0
-    >>> select_majority([None, "7", "3", "3"])
-    2
-    """
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return None
-    top = max(counts.values())
-    return next(i for i, a in enumerate(answers) if a is not None and counts[a] == top)
-
-
-def select_random(n: int, seed: int, key: str) -> int:
-    """A uniformly drawn index in [0, n), reproducible per (seed, key) and independent of the problem order.
-
-    Raises:
-        ValueError: n < 1.
-    """
-    if n < 1:
-        raise ValueError(f"select_random needs at least one candidate, got n={n}")
-    return random.Random(f"{seed}:{key}").randrange(n)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The scorers: one registry
-# ----------------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Candidates:
-    """The `n` samples of every problem, problem-major: `texts[p][i]` is sample i of problem p (decoded without
-    special tokens), `ids[p][i]` its token ids, `logps[p][i]` the sampler's log-prob of each of them (nats, same
-    length as the ids) and `answers[p][i]` its `extract_answer` (None: no answer)."""
-
-    texts: list[list[str]]
-    ids: list[list[list[int]]]
-    logps: list[list[list[float]]]
-    answers: list[list[str | None]]
-
-
-# A scorer: (settings, loaded policy, candidates) -> (one pick per problem (None: abstain), per-candidate scores
-# per problem, or None for a scorer without scores).
-ScorerFunc = Callable[["SelectConfig", Setup, Candidates], tuple[list[int | None], list[list[float | None]] | None]]
-
-
-def _score_pum(config: SelectConfig, s: Setup, c: Candidates) -> tuple[list[int | None], list[list[float | None]]]:
-    reward = PUMReward(load_pum(config), "full")
-    texts = [t for row in c.texts for t in row]
-    values = reward(completions=texts, question=[row["question"] for row in s.dataset for _ in range(config.n)])
-    scores = _group(values, config.n)
-    return [select_argmax(v) for v in scores], scores
-
-
-def _score_picsar(config: SelectConfig, s: Setup, c: Candidates) -> tuple[list[int | None], list[list[float | None]]]:
-    picsar = PiCSARScorer(model=s.model, tokenizer=s.tokenizer, normalize="sum", batch_size=config.batch_size)
-    scores = []
-    rows = zip(s.dataset, c.texts, c.ids, c.logps, strict=True)
-    for row, t_row, i_row, l_row in tqdm(rows, total=len(s.dataset), desc="picsar", disable=config.no_progress):
-        result = picsar.score([row["prompt"]] * config.n, t_row, i_row, l_row)
-        scores.append([None if r is None else r.sum for r in result])
-    return [select_argmax(v) for v in scores], scores
-
-
-def _score_majority(config: SelectConfig, s: Setup, c: Candidates) -> tuple[list[int | None], None]:
-    return [select_majority(a) for a in c.answers], None
-
-
-def _score_random(config: SelectConfig, s: Setup, c: Candidates) -> tuple[list[int | None], None]:
-    return [select_random(config.n, config.seed, row["problem_id"]) for row in s.dataset], None
-
-
-SCORER_FUNCS: dict[str, ScorerFunc] = {
-    "pum": _score_pum,
-    "picsar": _score_picsar,
-    "majority": _score_majority,
-    "random": _score_random,
-}
-SCORERS = tuple(SCORER_FUNCS)
-
-
 @dataclass
 class SelectConfig(OfflineConfig):
     """Settings of `procrl select` (parsed by `TrlParser` in `procrl/scripts/select.py`).
 
     Raises:
-        ValueError: (on construction) a scorer not in `SCORERS`, no scorer, `n` < 1, the pum scorer without a `pum`
-            directory, or a bad shared setting (`OfflineConfig`).
+        ValueError: (on construction) a scorer not in `SCORERS` or given twice, no scorer, `n` < 1, a PUM scorer
+            (pum, pum_min, pum_last, pum_mean) without a `pum` directory, a `picsar_evaluator` that is empty or
+            without a PiCSAR scorer (picsar, picsar_reasoning, picsar_answer) to use it, or a bad shared setting
+            (`OfflineConfig`).
     """
 
     scorer: str = field(default="pum", metadata={"help": f"one or more of {', '.join(SCORERS)} (comma-separated)"})
     n: int = field(default=8, metadata={"help": "samples per problem (N of best-of-N)"})
+    picsar_evaluator: str | None = field(
+        default=None,
+        metadata={
+            "help": "model that teacher-forces PiCSAR's answer term log p(y|a,x,r), a name or path like --model "
+            "(e.g. gemma3-270m); None = the policy itself. The samples and the reasoning term stay the policy's"
+        },
+    )
+    greedy: bool = field(
+        default=False,
+        metadata={
+            "help": "also decode every problem once greedily (temperature 0, same prompt and --max-new-tokens): "
+            "a `greedy` entry per problem and a `greedy` accuracy row; cached in <output stem>.greedy.jsonl"
+        },
+    )
     output: str = field(default="outputs/select/select.json", metadata={"help": "JSON report path"})
 
     @property
@@ -183,15 +103,32 @@ class SelectConfig(OfflineConfig):
 
     def problems(self) -> list[str]:
         problems = super().problems()
-        bad = [s for s in self.scorers if s not in SCORERS]
+        scorers = self.scorers
+        bad = [s for s in scorers if s not in SCORERS]
         if bad:
-            problems.append(f"unknown scorer(s) {bad}; choose from {SCORERS} (e.g. --scorer pum,majority)")
-        elif not self.scorers:
-            problems.append(f"--scorer is empty; give one or more of {SCORERS} (comma-separated)")
+            problems.append(f"unknown scorer(s) {bad}; choose from {', '.join(SCORERS)} (e.g. --scorer pum,majority)")
+        elif not scorers:
+            problems.append(f"--scorer is empty; give one or more of {', '.join(SCORERS)} (comma-separated)")
+        twice = sorted({s for s in scorers if scorers.count(s) > 1})
+        if twice:
+            problems.append(f"--scorer names {twice} more than once; give each scorer once")
         if self.n < 1:
             problems.append(f"--n must be >= 1 (samples per problem), got {self.n}")
-        if "pum" in self.scorers and not self.pum:
-            problems.append("--scorer pum needs --pum PATH (a train_pum.py output directory)")
+        known = [s for s in scorers if s in SCORERS]
+        needs_pum = [s for s in known if pass_of(s) in ("pum", "pum_steps")]
+        if needs_pum and not self.pum:
+            problems.append(f"--scorer {','.join(needs_pum)} needs --pum PATH (a train_pum.py output directory)")
+        if self.picsar_evaluator is not None:
+            if not self.picsar_evaluator.strip():
+                problems.append(
+                    "--picsar-evaluator is empty; give a model name or path (e.g. gemma3-270m), or leave it out to "
+                    "let the policy evaluate"
+                )
+            elif not any(pass_of(s) == "picsar" for s in known):
+                problems.append(
+                    f"--picsar-evaluator {self.picsar_evaluator} is only used by the PiCSAR scorers; add one of "
+                    "picsar, picsar_reasoning, picsar_answer to --scorer, or drop --picsar-evaluator"
+                )
         return problems
 
 
@@ -206,6 +143,8 @@ SAMPLE_SETTINGS = (
     "model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p", "max_new_tokens",
     "batch_size", "seed",
 )  # fmt: skip
+# What decides the greedy decodes (the key of the greedy file): the same, less what only sampling reads.
+GREEDY_SETTINGS = tuple(k for k in SAMPLE_SETTINGS if k not in ("n", "temperature", "top_p", "seed"))
 
 
 def _read_samples(path: Path, key: dict, expected: int) -> tuple[list[list[int]], list[list[float]]] | None:
@@ -239,14 +178,47 @@ def _write_samples(path: Path, key: dict, ids: list[list[int]], logps: list[list
     tmp.replace(path)  # atomic: a killed run never leaves a half-written samples file
 
 
-def _group(values: list, n: int) -> list[list]:
-    """Consecutive runs of `n` values (problem-major samples -> one list per problem)."""
-    return [values[i : i + n] for i in range(0, len(values), n)]
+def cache_paths(output: str | Path) -> tuple[Path, Path]:
+    """(samples file, greedy file) of a report path: `<stem>.samples.jsonl` and `<stem>.greedy.jsonl` next to it.
+
+    >>> [p.name for p in cache_paths("outputs/select/svamp.json")]
+    ['svamp.samples.jsonl', 'svamp.greedy.jsonl']
+    """
+    out = Path(output)
+    return out.with_name(out.stem + ".samples.jsonl"), out.with_name(out.stem + ".greedy.jsonl")
 
 
 # ----------------------------------------------------------------------------------------------------------
 # procrl select
 # ----------------------------------------------------------------------------------------------------------
+
+
+def _decode(
+    config: SelectConfig, s: Setup, path: Path, settings: tuple[str, ...], requests: list, params: SamplingParams,
+    seed: tuple[int, str], what: str,
+) -> tuple[list, list, bool]:  # fmt: skip
+    """(ids, log-probs, from the file?) of one decode of each of `requests`, read from `path` when it holds a
+    decode with the same key (`settings` of `config`, the model, engine, device and prompts), else generated in
+    runs of `batch_size` (call c seeded with `derive_seed(*seed, c)`) and written to `path`."""
+    key = {
+        **{k: getattr(config, k) for k in settings},
+        "model_key": s.model_key,
+        "engine": s.engine.cache_key(),
+        "device": str(s.device),
+        "prompts_sha256": hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest(),
+    }
+    cached = _read_samples(path, key, len(requests))
+    if cached is not None:
+        logger.info("select: %d %s read from %s (same model, engine, data and settings)", len(cached[0]), what, path)
+        return *cached, True
+    ids, logps = [], []
+    starts = range(0, len(requests), config.batch_size)
+    for call, start in enumerate(tqdm(starts, desc=what, disable=config.no_progress)):
+        rollouts = s.engine.generate(requests[start : start + config.batch_size], params, seed=derive_seed(*seed, call))
+        ids += [r.token_ids for r in rollouts]
+        logps += [r.logprobs for r in rollouts]
+    _write_samples(path, key, ids, logps)
+    return ids, logps, False
 
 
 def _sample(config: SelectConfig, s: Setup, samples_path: Path) -> tuple[list, list, bool]:
@@ -256,47 +228,54 @@ def _sample(config: SelectConfig, s: Setup, samples_path: Path) -> tuple[list, l
     `derive_seed(seed, "select", call index)`), so the samples are a function of the settings and the engine alone.
     """
     requests = [p for p in s.prompt_ids for _ in range(config.n)]  # problem-major, N consecutive samples each
-    samples_key = {
-        **{k: getattr(config, k) for k in SAMPLE_SETTINGS},
-        "model_key": s.model_key,
-        "engine": s.engine.cache_key(),
-        "device": str(s.device),
-        "prompts_sha256": hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest(),
-    }
-    cached = _read_samples(samples_path, samples_key, len(requests))
-    if cached is not None:
-        logger.info(
-            "select: %d samples read from %s (same model, engine, data and sampling settings)",
-            len(cached[0]),
-            samples_path,
-        )
-        return *cached, True
     params = sampling_params(config, config.max_new_tokens)
-    ids, logps = [], []
-    starts = range(0, len(requests), config.batch_size)
-    for call, start in enumerate(tqdm(starts, desc="sampling", disable=config.no_progress)):
-        rollouts = s.engine.generate(
-            requests[start : start + config.batch_size], params, seed=derive_seed(config.seed, "select", call)
+    return _decode(config, s, samples_path, SAMPLE_SETTINGS, requests, params, (config.seed, "select"), "samples")
+
+
+def _greedy(config: SelectConfig, s: Setup, greedy_path: Path) -> tuple[list[list[int]], bool]:
+    """(ids, from the greedy file?) of one greedy decode per problem (temperature 0, the same prompt and
+    `max_new_tokens` as the samples), cached in `greedy_path` apart from the samples."""
+    params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=config.max_new_tokens)
+    ids, _, from_cache = _decode(
+        config, s, greedy_path, GREEDY_SETTINGS, list(s.prompt_ids), params, (0, "select-greedy"), "greedy decodes"
+    )
+    return ids, from_cache
+
+
+def _greedy_entries(s: Setup, ids: list[list[int]]) -> list[dict]:
+    """Each problem's greedy decode as `{"text", "extracted", "correct"}` (correct: None for an unparseable gold)."""
+    texts = s.tokenizer.batch_decode(ids, skip_special_tokens=True)
+    entries = []
+    for row, text in zip(s.dataset, texts, strict=True):
+        check = is_correct(text, row["answer"])
+        entries.append(
+            {"text": text, "extracted": extract_answer(text), "correct": None if check is None else bool(check)}
         )
-        ids += [r.token_ids for r in rollouts]
-        logps += [r.logprobs for r in rollouts]
-    _write_samples(samples_path, samples_key, ids, logps)
-    return ids, logps, False
+    return entries
 
 
 def run_select(config: SelectConfig) -> dict:
     """Sample `n` completions per problem, pick one per scorer of `config.scorers`, write and return the report.
 
-    The report (JSON at `config.output`): `command`, `model`, `dataset`, `settings`, `scorers`, `results` (scorer
-    -> `accuracy` dict, plus `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, `unparseable_gold`),
-    `wall_time_s`, `samples` (`path`, `from_cache`) and `problems` (each candidate's text, extracted answer,
-    correctness, token count and `score_<scorer>`, and the picks).
+    The report (JSON at `config.output`): `command`, `model`, `dataset`, `settings` (every field, e.g.
+    `picsar_evaluator`), `scorers`, `results` (scorer -> `accuracy` dict; `greedy` with `config.greedy`; plus
+    `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, `unparseable_gold`), `wall_time_s`, `samples` (`path`,
+    `from_cache`; with greedy also `greedy_path`, `greedy_from_cache`) and `problems` (each candidate's text,
+    extracted answer, correctness, token count and `score_<column>` for every column of the score passes run, the
+    picks, and with greedy a `greedy` entry `{"text", "extracted", "correct"}`).
     """
     t0 = time.perf_counter()
     s = load_setup(config)
-    samples_path = Path(config.output).with_name(Path(config.output).stem + ".samples.jsonl")
+    samples_path, greedy_path = cache_paths(config.output)
     ids, logps, from_cache = _sample(config, s, samples_path)
     t_gen = time.perf_counter() - t0  # model loading included; with cached samples, loading and reading only
+    greedy: list[dict] | None = None
+    samples_info: dict = {"path": str(samples_path), "from_cache": from_cache}
+    if config.greedy:
+        greedy_ids, greedy_from_cache = _greedy(config, s, greedy_path)
+        greedy = _greedy_entries(s, greedy_ids)
+        samples_info |= {"greedy_path": str(greedy_path), "greedy_from_cache": greedy_from_cache}
+    t_greedy = time.perf_counter() - t0 - t_gen
     texts = s.tokenizer.batch_decode(ids, skip_special_tokens=True)
     texts_g, ids_g, logps_g = _group(texts, config.n), _group(ids, config.n), _group(logps, config.n)
     answers_g = [[extract_answer(t) for t in row] for row in texts_g]
@@ -305,15 +284,14 @@ def run_select(config: SelectConfig) -> dict:
         checks = [is_correct(t, row["answer"]) for t in texts_row]
         correct_g.append(None if any(c is None for c in checks) else [bool(c) for c in checks])
 
-    candidates = Candidates(texts_g, ids_g, logps_g, answers_g)
-    picks: dict[str, list[int | None]] = {}
-    scores: dict[str, list[list[float | None]]] = {}
-    for scorer in config.scorers:
-        picks[scorer], values = SCORER_FUNCS[scorer](config, s, candidates)
-        if values is not None:
-            scores[scorer] = values
+    ctx = ScoringContext(config, s, Candidates(texts_g, ids_g, logps_g, answers_g))
+    picks, scores = score_candidates(ctx, config.scorers)
 
     results = {name: accuracy(correct_g, p) for name, p in picks.items()}
+    if greedy is not None:
+        results["greedy"] = accuracy(
+            [None if c is None else [g["correct"]] for g, c in zip(greedy, correct_g, strict=True)], [0] * len(greedy)
+        )
     pass_at_n = accuracy(correct_g, [(c.index(True) if c and True in c else None) for c in correct_g])
     mean_single = [sum(c) / len(c) for c in correct_g if c is not None]
     results[f"pass@{config.n} (oracle)"] = pass_at_n
@@ -329,8 +307,8 @@ def run_select(config: SelectConfig) -> dict:
         "scorers": config.scorers,
         "results": results,
         "summary": summary,
-        "wall_time_s": {"generation": t_gen, "total": time.perf_counter() - t0},
-        "samples": {"path": str(samples_path), "from_cache": from_cache},
+        "wall_time_s": {"generation": t_gen, "greedy": t_greedy, "total": time.perf_counter() - t0},
+        "samples": samples_info,
         "problems": [
             {
                 "problem_id": row["problem_id"],
@@ -346,6 +324,7 @@ def run_select(config: SelectConfig) -> dict:
                     for i, (t, a, i_) in enumerate(zip(texts_g[p], answers_g[p], ids_g[p], strict=True))
                 ],
                 "picks": {k: picks[k][p] for k in picks},
+                **({} if greedy is None else {"greedy": greedy[p]}),
             }
             for p, (row, c) in enumerate(zip(s.dataset, correct_g, strict=True))
         ],

@@ -1,28 +1,42 @@
 """`procrl select`: best-of-N selection with a PUM, PiCSAR, majority vote or a random pick (an accuracy table).
 
     procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --start 0 --end 100 --pum outputs/pum
+    procrl select --scorer picsar,picsar_reasoning,picsar_answer --picsar-evaluator gemma3-270m --greedy --n 8
+    procrl select --scorer pum,pum_min,pum_last,pum_mean --pum outputs/pum --n 8
     python -m procrl.scripts.select --config select.yaml --n 16      # the same; flags override the YAML's keys
 
 Samples `--n` completions per problem with the policy (the generation's own log-probs kept for PiCSAR), picks one
 per scorer and reports the accuracy of the picked completions (DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N):
 
 - `pum`: argmax_i U(x, y_i) (the PUM's utility of the full completion, trailing EOS stripped);
-- `picsar`: argmax of the unnormalised PiCSAR sum log p(r|x) + log p(y|a,x,r) (the paper's selection score), the
-  answer term teacher-forced by the policy itself; completions without an extractable answer are never picked;
+- `pum_min`, `pum_last`, `pum_mean`: argmax of the min / last / mean over the step prefixes' utilities U(x, p_k)
+  (one step-scoring pass per completion shared by the three; a completion the PUM cannot score fully, e.g. one
+  longer than its budget, is never picked);
+- `picsar`: argmax of the unnormalised PiCSAR sum log p(r|x) + log p(y|a,x,r) (the paper's selection score);
+  `picsar_reasoning` / `picsar_answer`: argmax of log p(r|x) / log p(y|a,x,r) alone (one PiCSAR pass for all
+  three). log p(r|x) is the sampler's log-probs; the answer term is teacher-forced by the policy itself, or by
+  `--picsar-evaluator MODEL` (a name or path like `--model`: the paper's decoupled evaluator; the samples do not
+  change). Completions without an extractable answer are never picked;
 - `majority`: the most frequent extracted answer (ties: the answer that appears first); its first completion;
 - `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
 
-Several scorers (comma-separated) select from the SAME samples. Ties always go to the earliest candidate. The table
-also shows pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one sample.
-The samples (token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun with the same model, data
-slice and sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of sampling.
+Several scorers (comma-separated) select from the SAME samples. Ties always go to the earliest candidate. Each
+candidate in the report holds `score_<column>` for every column of the score passes run (any PiCSAR scorer writes
+`score_picsar`, `score_picsar_reasoning` and `score_picsar_answer`; any of pum_min/pum_last/pum_mean writes all
+three). The table also shows pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of
+one sample; `--greedy` adds one greedy decode per problem (temperature 0, same prompt and `--max-new-tokens`; a
+`greedy` entry `{text, extracted, correct}` per problem and a `greedy` row). The samples (token ids and log-probs)
+are kept in `<output stem>.samples.jsonl`: a rerun with the same model, data slice and sampling settings (e.g. with
+another scorer, or once a PUM is trained) reads them instead of sampling; the greedy decodes likewise in
+`<output stem>.greedy.jsonl` (reused across `--n`, `--temperature`, `--top-p` and `--seed`).
 
-Writes a JSON report (settings, accuracy per scorer with a 95% Wilson interval, every problem's candidates and
-picks) to `--output` and prints the accuracy table. Problems whose gold answer cannot be parsed are left out of the
-accuracy and counted (`unparseable_gold`). The run record `run.json` (`procrl.tracking`) goes into the report's
-folder, with the metrics `select/<scorer>/accuracy` (also `ci_low`, `ci_high`, `correct`, `total`, `abstained`; the
-oracle row as `select/pass@N (oracle)/...`), `select/mean_sample_accuracy` and `select/unparseable_gold`; also to
-wandb with `--report-to wandb`. The library: `procrl.trainers.selection` (`run_select`).
+Writes a JSON report (settings, `--picsar-evaluator` included, accuracy per scorer with a 95% Wilson interval,
+every problem's candidates and picks) to `--output` and prints the accuracy table. Problems whose gold answer
+cannot be parsed are left out of the accuracy and counted (`unparseable_gold`). The run record `run.json`
+(`procrl.tracking`) goes into the report's folder, with the metrics `select/<scorer>/accuracy` (also `ci_low`,
+`ci_high`, `correct`, `total`, `abstained`; the greedy and oracle rows as `select/greedy/...` and
+`select/pass@N (oracle)/...`), `select/mean_sample_accuracy` and `select/unparseable_gold`; also to wandb with
+`--report-to wandb`. The library: `procrl.trainers.selection` (`run_select`).
 """
 
 from __future__ import annotations

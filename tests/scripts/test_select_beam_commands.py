@@ -38,38 +38,56 @@ COMMON = ["--dataset", "svamp", "--start", "0", "--end", "2", "--device", "cpu",
 def test_select_end_to_end(tiny_dirs, capsys):
     policy, pum, root = tiny_dirs
     out = root / "select.json"
-    argv = [*COMMON, "--model", str(policy), "--pum", str(pum), "--scorer", "pum,picsar,majority,random"]
+    scorers = "pum,picsar,majority,random,pum_min,picsar_answer"
+    argv = [*COMMON, "--model", str(policy), "--pum", str(pum), "--scorer", scorers, "--greedy"]
     assert main_select([*argv, "--n", "3", "--max-new-tokens", "6", "--output", str(out)]) == 0
     report = json.loads(out.read_text())
-    assert report["command"] == "select" and report["scorers"] == ["pum", "picsar", "majority", "random"]
-    assert set(report["results"]) == {"pum", "picsar", "majority", "random", "pass@3 (oracle)"}
+    assert report["command"] == "select" and report["scorers"] == scorers.split(",")
+    assert list(report["results"]) == [*scorers.split(","), "greedy", "pass@3 (oracle)"]
     for r in report["results"].values():
         assert {"accuracy", "ci_low", "ci_high", "correct", "total", "abstained"} <= set(r) and r["total"] == 2
+    assert report["settings"]["greedy"] is True and report["settings"]["picsar_evaluator"] is None
     assert len(report["problems"]) == 2
+    columns = ["pum", "picsar", "picsar_reasoning", "picsar_answer", "pum_min", "pum_last", "pum_mean"]
     for problem in report["problems"]:
         cands = problem["candidates"]
         assert len(cands) == 3 and all(1 <= c["num_tokens"] <= 6 for c in cands)
-        # the pum pick is the argmax of the recorded PUM scores; random is the seeded draw
-        assert problem["picks"]["pum"] == select_argmax([c["score_pum"] for c in cands])
+        assert all(
+            sorted(k for k in c if k.startswith("score_")) == sorted(f"score_{k}" for k in columns) for c in cands
+        )
+        # the argmax scorers pick the argmax of their recorded column; random is the seeded draw
+        for scorer in ("pum", "picsar", "pum_min", "picsar_answer"):
+            assert problem["picks"][scorer] == select_argmax([c[f"score_{scorer}"] for c in cands])
         assert problem["picks"]["random"] == select_random(3, 0, problem["problem_id"])
         assert problem["picks"]["majority"] == select_majority([c["extracted"] for c in cands])
+        for c in cands:  # picsar = its two terms; the full completion fits the PUM: the step aggregates exist
+            if c["score_picsar"] is not None:
+                assert c["score_picsar"] == pytest.approx(c["score_picsar_reasoning"] + c["score_picsar_answer"])
+            if c["text"].strip():
+                assert all(math.isfinite(c[f"score_pum_{k}"]) for k in ("min", "last", "mean"))
+        assert set(problem["greedy"]) == {"text", "extracted", "correct"}
+    greedy_correct = sum(p["greedy"]["correct"] is True for p in report["problems"])
+    assert (report["results"]["greedy"]["correct"], report["results"]["greedy"]["abstained"]) == (greedy_correct, 0)
+    assert report["samples"]["greedy_from_cache"] is False and (root / "select.greedy.jsonl").is_file()
     table = capsys.readouterr().out
-    assert "pum" in table and "majority" in table and "accuracy" in table
+    assert "pum" in table and "majority" in table and "greedy" in table and "accuracy" in table
 
 
 def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dirs, monkeypatch):
     policy, pum, root = tiny_dirs
     out = root / "rerun" / "select.json"
     argv = [*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "5", "--output", str(out)]
-    assert main_select([*argv, "--scorer", "majority,random"]) == 0
+    assert main_select([*argv, "--scorer", "majority,random", "--greedy"]) == 0
     first = json.loads(out.read_text())
-    assert (root / "rerun" / "select.samples.jsonl").is_file()
+    assert (root / "rerun" / "select.samples.jsonl").is_file() and (root / "rerun" / "select.greedy.jsonl").is_file()
     real = TransformersEngine.generate
     calls = []
     monkeypatch.setattr(TransformersEngine, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    assert main_select([*argv, "--scorer", "pum,majority", "--pum", str(pum)]) == 0  # PUM added later: no sampling
+    # a PUM and a step scorer added later: neither sampling nor greedy decoding again
+    assert main_select([*argv, "--scorer", "pum,majority,pum_last", "--pum", str(pum), "--greedy"]) == 0
     second = json.loads(out.read_text())
-    assert calls == []
+    assert calls == [] and second["samples"]["from_cache"] is True and second["samples"]["greedy_from_cache"] is True
+    assert [p["greedy"] for p in second["problems"]] == [p["greedy"] for p in first["problems"]]
     texts = [[c["text"] for c in p["candidates"]] for p in first["problems"]]
     assert [[c["text"] for c in p["candidates"]] for p in second["problems"]] == texts
     assert [p["picks"]["majority"] for p in second["problems"]] == [p["picks"]["majority"] for p in first["problems"]]
@@ -88,6 +106,8 @@ def test_select_rejects_bad_arguments(tiny_dirs):
     policy, _, _ = tiny_dirs
     assert main_select([*COMMON, "--model", str(policy), "--scorer", "oracle"]) == 2
     assert main_select([*COMMON, "--model", str(policy), "--scorer", "pum"]) == 2  # no --pum
+    assert main_select([*COMMON, "--model", str(policy), "--scorer", "pum_mean"]) == 2  # no --pum
+    assert main_select([*COMMON, "--model", str(policy), "--scorer", "random", "--picsar-evaluator", "x"]) == 2
 
 
 def test_beam_end_to_end(tiny_dirs, capsys):
@@ -130,6 +150,10 @@ def test_config_file_sets_defaults_and_flags_override(tmp_path):
     args, _ = make_select_parser().parse_args_and_config(["--config", str(config), "--n", "6", "--top-p", "0.9"])
     assert (args.scorers, args.n, args.max_new_tokens, args.dataset, args.top_p) == (["majority", "random"], 6, 32,
                                                                                      "gsm8k", 0.9)  # fmt: skip
+    assert (args.greedy, args.picsar_evaluator) == (False, None)
+    flags = ["--scorer", "picsar,picsar_answer", "--picsar-evaluator", "gemma3-270m", "--greedy"]
+    args, _ = make_select_parser().parse_args_and_config(flags)
+    assert (args.scorers, args.picsar_evaluator, args.greedy) == (["picsar", "picsar_answer"], "gemma3-270m", True)
     beam = tmp_path / "beam.yaml"
     beam.write_text("pum: some/pum\nbeams: 8\n")
     args, _ = make_beam_parser().parse_args_and_config(["--config", str(beam), "--max_step_tokens", "16"])
