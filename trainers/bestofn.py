@@ -21,8 +21,8 @@ bootstrap 95% interval over problems (`procrl.stats.bootstrap_mean_interval`).
 `score_auroc`: the within-problem AUROC of each score column and of `num_tokens` (the PUM paper's ranking
 robustness): P(s_correct > s_incorrect) + 0.5 P(tie) over the (correct, incorrect) pairs of scored candidates.
 
-The pick rules are those of `procrl.trainers.selection` (`select_majority`, `select_argmax`), written again here
-on purpose: that module loads torch and the generation engines, this one reads JSON only. Reading the reports:
+The pick rules are `procrl select`'s own (`procrl.trainers.selection_rules`: `pick_argmax` = `select_argmax`,
+`pick_majority` = `select_majority`; no torch). Reading the reports:
 `procrl.trainers.bestofn_data` (`load_reports`); the table and plot: `procrl.trainers.bestofn_plot`; all three
 re-exported here.
 """
@@ -30,13 +30,14 @@ re-exported here.
 from __future__ import annotations
 
 import random
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from procrl.stats import BOOTSTRAP_RESAMPLES, bootstrap_mean_interval
 from procrl.trainers.bestofn_data import BASELINES, Problem, Samples, load_reports
 from procrl.trainers.bestofn_plot import bestofn_table, plot_bestofn
+from procrl.trainers.selection_rules import select_argmax as pick_argmax
+from procrl.trainers.selection_rules import select_majority as pick_majority
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -63,37 +64,6 @@ DEFAULT_KS = (1, 2, 4, 6, 8, 16)
 # ----------------------------------------------------------------------------------------------------------
 # Pick rules and the methods
 # ----------------------------------------------------------------------------------------------------------
-
-
-def pick_argmax(values: Sequence[float | None]) -> int | None:
-    """Index of the highest value; ties go to the earliest; None is never picked (None if all are None).
-
-    >>> pick_argmax([0.1, None, 0.7, 0.7])
-    2
-    >>> pick_argmax([None, None]) is None
-    True
-    """
-    best = None
-    for i, value in enumerate(values):
-        if value is not None and (best is None or value > values[best]):
-            best = i
-    return best
-
-
-def pick_majority(answers: Sequence[str | None]) -> int | None:
-    """Index of the first candidate with the most frequent non-None answer; ties go to the answer whose first
-    occurrence is earliest; None when no candidate has an answer.
-
-    >>> pick_majority(["4", None, "5", "5", "4"])  # 4 and 5 tie with two votes; "4" appears first
-    0
-    >>> pick_majority([None, "7", "3", "3"])
-    2
-    """
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return None
-    top = max(counts.values())
-    return next(i for i, a in enumerate(answers) if a is not None and counts[a] == top)
 
 
 # A method: (problem, subset of candidate indices in their original order) -> correctness in [0, 1].

@@ -21,8 +21,6 @@ columns (the report's candidate keys `score_<column>`):
 from __future__ import annotations
 
 import math
-import random
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,6 +35,7 @@ from procrl.rewards.pum import PrefixUtilityModel
 from procrl.rewards.pum_rewards import PUMReward
 from procrl.step_rewards import aggregate_step_values
 from procrl.trainers.offline import Setup, load_pum
+from procrl.trainers.selection_rules import select_argmax, select_majority, select_random
 
 if TYPE_CHECKING:
     from procrl.trainers.selection import SelectConfig
@@ -57,58 +56,6 @@ __all__ = [
 
 # Per problem, per candidate: one score or None (not scored: never picked).
 ScoreTable = list[list[float | None]]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Pure selection rules
-# ----------------------------------------------------------------------------------------------------------
-
-
-def select_argmax(scores: Sequence[float | None]) -> int | None:
-    """Index of the highest score; ties go to the earliest; None and NaN are never picked (None if nothing is left).
-
-    >>> select_argmax([0.1, None, 0.7, 0.7])
-    2
-    >>> select_argmax([None, float("nan")]) is None
-    True
-    """
-    best, best_value = None, -math.inf
-    for i, value in enumerate(scores):
-        if value is None or not math.isfinite(value):
-            continue
-        if best is None or value > best_value:
-            best, best_value = i, value
-    return best
-
-
-def select_majority(answers: Sequence[str | None]) -> int | None:
-    """Index of the first candidate whose extracted answer is the most frequent one (majority vote).
-
-    Answers are compared as strings (`extract_answer` already makes numbers canonical: "1,250" -> "1250"). Ties go
-    to the answer whose first occurrence comes first; candidates without an answer (None) do not vote; None when no
-    candidate has an answer.
-
-    >>> select_majority(["4", None, "5", "5", "4"])  # 4 and 5 tie with two votes; "4" appears first
-    0
-    >>> select_majority([None, "7", "3", "3"])
-    2
-    """
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return None
-    top = max(counts.values())
-    return next(i for i, a in enumerate(answers) if a is not None and counts[a] == top)
-
-
-def select_random(n: int, seed: int, key: str) -> int:
-    """A uniformly drawn index in [0, n), reproducible per (seed, key) and independent of the problem order.
-
-    Raises:
-        ValueError: n < 1.
-    """
-    if n < 1:
-        raise ValueError(f"select_random needs at least one candidate, got n={n}")
-    return random.Random(f"{seed}:{key}").randrange(n)
 
 
 # ----------------------------------------------------------------------------------------------------------
