@@ -1,24 +1,34 @@
 """`procrl stepgap-eval`: StepGap verifier metrics (sF1, Q-F1, balanced accuracy, typed macro-F1) on an annotated
-set, with a stage ablation (DESIGN §4 "StepGap"; StepGap, arXiv 2605.24733, §"verifier evaluation").
+set, with a stage ablation, bootstrap intervals and an LLM-only comparison (DESIGN §4 "StepGap"; StepGap, arXiv
+2605.24733, §"verifier evaluation").
 
     procrl stepgap-eval --data rewards/stepgap/data/annotated_2wiki.jsonl [--judge local|URL] \\
         [--nli judge|cross-encoder/nli-deberta-v3-large] [--output-dir runs/stepgap_eval] [--limit N]
     procrl stepgap-eval --nli-entail-min 0.8 --nli-contradict-min 0.5   # stage D/E thresholds (probabilities)
     procrl stepgap-eval --config eval.yaml --limit 4          # a YAML of these fields; flags override it
+    procrl stepgap-eval --llm-only --bootstrap-resamples 1000   # + the LLM-only verifier and its prompt ablations
     python -m procrl.scripts.stepgap_eval --no-ablation
 
 Prints one table (`procrl.rewards.stepgap.evaluate.format_table`): the full tree, each one-stage ablation (-A ... -E),
-the trivial baselines on the same steps (all-NONE, all-IE, random with the gold label shares: the mean over
-`--baseline-draws` seeded draws) and the paper's reference row (sF1 72.0, Q-F1 81.2, BA 60.6, strong judge; a
-constant). Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same
-table in Markdown), `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply) and the
-run record `run.json` (`procrl.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`,
-`stepgap/typed_macro_f1`, step precision and recall, `stepgap/label_distribution/<label>`, the counts and
-`stepgap/judge_unscored`; also to wandb with `--report-to wandb`) into `--output-dir`. Without thresholds stages D/E
-take the NLI argmax; `--nli-entail-min p` makes a step entailed only when P(entailment) >= p,
-`--nli-contradict-min p` contradicted only when P(contradiction) >= p (`procrl.rewards.stepgap.nli_rule.NLIThresholds`).
-`--no-constrain-quotes` lets the judge write a free quote (filtered by the verbatim check) instead of choosing one of
-the evidence's candidate spans. Multi-word flags are accepted with dashes or underscores.
+with `--llm-only` the LLM-only verifier (`procrl.rewards.stepgap.llm_only`: one call of the same judge per step,
+labelling it NONE/CC/IE/MB directly; ERROR when unscored) and its prompt ablations (LLM-only -definitions, -evidence,
+-history, -question; one more judge call per step each, skipped with `--no-ablation`), the trivial baselines on the
+same steps (all-NONE; all-IE, which flags every step: the Q-F1 inflation check; random with the gold label shares: the
+mean over `--baseline-draws` seeded draws) and the paper's reference row (sF1 72.0, Q-F1 81.2, BA 60.6, strong judge;
+a constant). Every row but the paper's shows `value [low, high]`: the 95% percentile bootstrap interval over QUESTIONS
+(`--bootstrap-resamples`, default 1000, the same resamples for every row, seeded by `--seed`; 0 = no intervals;
+`procrl.rewards.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of metrics.json.
+Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same table in
+Markdown), `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only`
+each LLM-only row's label and the raw reply to the full LLM-only prompt) and the run record `run.json`
+(`procrl.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
+precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
+`stepgap/label_distribution/<label>`, the counts and `stepgap/judge_unscored`; also to wandb with `--report-to wandb`)
+into `--output-dir`. Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed
+only when P(entailment) >= p, `--nli-contradict-min p` contradicted only when P(contradiction) >= p
+(`procrl.rewards.stepgap.nli_rule.NLIThresholds`). `--no-constrain-quotes` lets the judge write a free quote (filtered
+by the verbatim check) instead of choosing one of the evidence's candidate spans. Multi-word flags are accepted with
+dashes or underscores.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from trl import TrlParser
 from procrl.judges import judge_options, open_judge
 from procrl.rewards.stepgap.evaluate import (
     BASELINE_DRAWS,
+    BOOTSTRAP_RESAMPLES,
     DEFAULT_DATA,
     PAPER_REFERENCE,
     evaluate,
@@ -39,6 +50,7 @@ from procrl.rewards.stepgap.evaluate import (
     format_table,
     load_annotated,
 )
+from procrl.rewards.stepgap.llm_only import LLMOnlyVerifier
 from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
@@ -96,7 +108,18 @@ class StepGapEvalArguments:
     baseline_draws: int = field(
         default=BASELINE_DRAWS, metadata={"help": "draws of the random baseline (the table shows their mean)"}
     )
-    seed: int = field(default=0, metadata={"help": "seed of the random baseline"})
+    seed: int = field(default=0, metadata={"help": "seed of the random baseline and of the bootstrap"})
+    llm_only: bool = field(
+        default=False,
+        metadata={
+            "help": "also run the LLM-only verifier (one judge call per step, labels directly) and its prompt "
+            "ablations (one more call per step each; not with --no-ablation)"
+        },
+    )
+    bootstrap_resamples: int = field(
+        default=BOOTSTRAP_RESAMPLES,
+        metadata={"help": "bootstrap resamples over questions for the 95%% intervals of every row (0: no intervals)"},
+    )
     report_to: list[str] = field(default_factory=lambda: ["none"], metadata={"help": REPORT_TO_HELP})
 
     def __post_init__(self) -> None:
@@ -106,6 +129,8 @@ class StepGapEvalArguments:
         for name in ("nli_batch_size", "max_tokens", "concurrency", "num_threads", "baseline_draws"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 1.")
+        if self.bootstrap_resamples < 0:
+            raise ValueError(f"--bootstrap-resamples {self.bootstrap_resamples} must be >= 0 (0: no intervals).")
         if not self.timeout_s > 0:
             raise ValueError(f"--timeout-s {self.timeout_s} must be > 0 seconds, e.g. --timeout-s 600.")
         try:
@@ -142,8 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         f"judge {args.judge}, NLI {summary['nli']} ({summary['nli_thresholds']}); judge unscored: "
         f"{summary['judge_unscored'] or 'none'}"
     )
+    if summary["llm_only"] is not None:
+        unscored = {name: n for name, n in summary["llm_only"]["unscored"].items() if n}
+        print(f"LLM-only: same judge, one call per step per row; unscored: {unscored or 'none'}")
     print(format_table(rows))
-    print(f"random: mean over {args.baseline_draws} draws (seed {args.seed}) with the gold label shares")
+    for note in table_notes(args):
+        print(note)
     out_dir = Path(args.output_dir)
     print(f"metrics: {out_dir / 'metrics.json'}  labels: {out_dir / 'labels.jsonl'}")
     return 0
@@ -157,8 +186,26 @@ def run_metrics(summary: dict) -> dict[str, float]:
     full = {
         k: v for k, v in summary["metrics"]["full"].items() if k not in ("per_label", "confusion", "gold_distribution")
     }
+    if "ci" in full:
+        full["ci"] = {k: {"low": lo, "high": hi} for k, (lo, hi) in full["ci"].items()}
     unscored = sum(summary["judge_unscored"].values())
-    return numeric_metrics({**full, "judge_unscored": unscored}, "stepgap/")
+    out = numeric_metrics({**full, "judge_unscored": unscored}, "stepgap/")
+    if llm := summary["metrics"].get("LLM-only"):
+        out |= numeric_metrics({k: llm[k] for k in ("sF1", "Q-F1", "BA", "typed_macro_f1")}, "stepgap/llm_only/")
+    return out
+
+
+def table_notes(args: StepGapEvalArguments) -> list[str]:
+    """The lines printed under the table (and written under table.md): what the brackets, all-IE and random are."""
+    notes = []
+    if args.bootstrap_resamples:
+        notes.append(
+            f"[low, high]: 95% percentile bootstrap interval over questions ({args.bootstrap_resamples} resamples, "
+            f"seed {args.seed}, the same resamples for every row)"
+        )
+    notes.append("all-IE flags every step: the Q-F1 inflation check (a high Q-F1 with BA 50.0 carries no signal)")
+    notes.append(f"random: mean over {args.baseline_draws} draws (seed {args.seed}) with the gold label shares")
+    return notes
 
 
 def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
@@ -186,7 +233,13 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
             judge, nli, nli_thresholds=args.nli_thresholds, constrain_quotes=not args.no_constrain_quotes
         )
         report = evaluate(
-            verifier, data, ablation=not args.no_ablation, baseline_draws=args.baseline_draws, seed=args.seed
+            verifier,
+            data,
+            ablation=not args.no_ablation,
+            llm_only=LLMOnlyVerifier(judge) if args.llm_only else None,
+            baseline_draws=args.baseline_draws,
+            seed=args.seed,
+            bootstrap_resamples=args.bootstrap_resamples,
         )
         judge_stats = judge.stats.as_dict()
     summary = {
@@ -200,6 +253,13 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
         "judge_s": report["judge_s"],
         "total_s": report["total_s"],
         "judge_unscored": report["judge_unscored"],
+        "llm_only": {k: report["llm_only"][k] for k in ("judge_s", "unscored")} if args.llm_only else None,
+        "bootstrap": {
+            "resamples": args.bootstrap_resamples,
+            "confidence": 0.95,
+            "seed": args.seed,
+            "over": "questions",
+        },
         "judge_stats": judge_stats,
         "metrics": report["metrics"],
         "baselines": report["baselines"],
@@ -207,24 +267,25 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
     }
     rows = report["metrics"] | report["baselines"] | {"paper (ref)": PAPER_REFERENCE}
     (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "table.md").write_text(format_markdown(rows) + "\n", encoding="utf-8")
+    notes = "".join(f"\n{note}\n" for note in table_notes(args))
+    (out_dir / "table.md").write_text(format_markdown(rows) + "\n" + notes, encoding="utf-8")
+    llm = report.get("llm_only")
     with open(out_dir / "labels.jsonl", "w", encoding="utf-8") as handle:
-        for (trace, gold), row, checks in zip(data, report["labels"], report["checks"], strict=True):
+        for q, ((trace, gold), row, checks) in enumerate(zip(data, report["labels"], report["checks"], strict=True)):
             for i, (label, g, check) in enumerate(zip(row, gold, checks, strict=True)):
-                handle.write(
-                    json.dumps(
-                        {
-                            "question": trace.question,
-                            "step": i,
-                            "gold": g,
-                            "pred": label.label,
-                            "reason": label.reason,
-                            "judge_raw": check.raw,
-                            "judge_unscored": check.unscored,
-                        }
-                    )
-                    + "\n"
-                )
+                line = {
+                    "question": trace.question,
+                    "step": i,
+                    "gold": g,
+                    "pred": label.label,
+                    "reason": label.reason,
+                    "judge_raw": check.raw,
+                    "judge_unscored": check.unscored,
+                }
+                if llm:  # the LLM-only rows' labels, and the raw reply of the full LLM-only prompt
+                    line["llm_only"] = {name: labels[q][i].label for name, labels in llm["labels"].items()}
+                    line["llm_only_raw"] = llm["results"]["LLM-only"][q][i].raw
+                handle.write(json.dumps(line) + "\n")
     return summary, rows
 
 

@@ -12,12 +12,18 @@ Metrics (ERROR predictions count as "no gap flagged", and their number is report
 - typed macro-F1: mean F1 over the four labels NONE, CC, IE, MB (does the verifier get the TYPE right).
 - the label distribution of the predictions, per-label precision/recall/F1 and the confusion matrix.
 The ablation (`evaluate`) re-routes the same judge outputs with one stage removed (A, B, C, D or E; see
-`procrl.rewards.stepgap.verifier` for what removing a stage means), so it costs NLI calls only.
+`procrl.rewards.stepgap.verifier` for what removing a stage means), so it costs NLI calls only. With an
+`LLMOnlyVerifier` (`procrl.rewards.stepgap.llm_only`) it adds the LLM-only rows ("LLM-only" and, with the ablation,
+"LLM-only -<part>" for each prompt part dropped): one judge call per step per row.
+
+Intervals (`metric_intervals`): the percentile bootstrap over QUESTIONS (`procrl.stats.bootstrap_interval`, 1000
+resamples, 95%) of sF1, Q-F1, BA and typed macro-F1, each resample recomputing the metrics on the resampled questions
+(from per-question counts, `question_counts`); every row uses the same seed, so all rows see the same resamples.
 
 Beside them (`baselines`), three trivial verifiers on the same steps, with the same metrics, so a reader sees whether
-the judge carries any signal: all-NONE (never flags), all-IE (flags every step, the Q-F1 trap) and random (each step
-drawn independently from the gold label shares of the evaluated steps; the MEAN of each metric over 200 seeded
-draws). `PAPER_REFERENCE` is the paper's row (sF1 72.0, Q-F1 81.2, BA 60.6 with a strong judge), a constant for
+the judge carries any signal: all-NONE (never flags), all-IE (flags every step: the Q-F1 inflation check, a high
+Q-F1 with BA 50) and random (each step drawn independently from the gold label shares of the evaluated steps; the
+MEAN of each metric over 200 seeded draws). `PAPER_REFERENCE` is the paper's row (sF1 72.0, Q-F1 81.2, BA 60.6 with a strong judge), a constant for
 comparison, not something computed here; `format_table` / `format_markdown` print all rows.
 
 The annotated set (`load_annotated`) is built programmatically from 2WikiMultihopQA compositional questions by
@@ -34,14 +40,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from procrl.rewards.stepgap.intervals import CI_METRICS, TYPED_LABELS, metric_intervals, question_counts
+from procrl.rewards.stepgap.llm_only import variant_parts
 from procrl.rewards.stepgap.trace import Passage, Trace, TraceStep
 from procrl.rewards.stepgap.verifier import GAP_LABELS, LABELS, STAGES
+from procrl.stats import BOOTSTRAP_RESAMPLES
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "annotated_2wiki.jsonl"
-TYPED_LABELS = ("NONE", "CC", "IE", "MB")
 # StepGap (arXiv 2605.24733), the verifier evaluation with a strong judge: fractions, like `compute_metrics`.
 PAPER_REFERENCE = {"sF1": 0.720, "Q-F1": 0.812, "BA": 0.606}
 BASELINE_DRAWS = 200
@@ -51,7 +59,10 @@ __all__ = [
     "DEFAULT_DATA",
     "TYPED_LABELS",
     "PAPER_REFERENCE",
+    "CI_METRICS",
     "baselines",
+    "metric_intervals",
+    "question_counts",
     "format_markdown",
     "binary_f1",
     "balanced_accuracy",
@@ -213,6 +224,19 @@ def load_annotated(path: str | Path) -> list[tuple[Trace, list[str]]]:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def _random_draws(gold: Sequence[Sequence[str]], draws: int, seed: int) -> list[list[list[str]]]:
+    """The random baseline's `draws` predictions `[question][step]`: each step's label drawn independently from the
+    gold label shares (`random.Random(seed)`, one `choices` call per draw)."""
+    counts = collections.Counter(label for row in gold for label in row)
+    weights = [counts.get(label, 0) for label in TYPED_LABELS]
+    rng = random.Random(seed)
+    out = []
+    for _ in range(draws):
+        labels = iter(rng.choices(TYPED_LABELS, weights=weights, k=sum(len(row) for row in gold)))
+        out.append([[next(labels) for _ in row] for row in gold])
+    return out
+
+
 def baselines(
     gold: Sequence[Sequence[str]], *, draws: int = BASELINE_DRAWS, seed: int = 0
 ) -> dict[str, dict[str, Any]]:
@@ -237,13 +261,7 @@ def baselines(
         name: compute_metrics(gold, [[label] * len(row) for row in gold])
         for name, label in (("all-NONE", "NONE"), ("all-IE", "IE"))
     }
-    counts = collections.Counter(flat)
-    weights = [counts.get(label, 0) for label in TYPED_LABELS]
-    rng = random.Random(seed)
-    runs = []
-    for _ in range(draws):
-        labels = iter(rng.choices(TYPED_LABELS, weights=weights, k=len(flat)))
-        runs.append(compute_metrics(gold, [[next(labels) for _ in row] for row in gold]))
+    runs = [compute_metrics(gold, pred) for pred in _random_draws(gold, draws, seed)]
     mean = dict(runs[0])
     for key in _SCALARS:
         values = [r[key] for r in runs]
@@ -258,25 +276,37 @@ def baselines(
 
 
 def _cells(m: dict[str, Any]) -> list[str]:
-    """sF1, Q-F1, BA, typed macro-F1 (percent) and the predicted label shares; "-" where a row has no value."""
-    cells = [f"{100 * m[key]:.1f}" if key in m else "-" for key in ("sF1", "Q-F1", "BA", "typed_macro_f1")]
+    """sF1, Q-F1, BA, typed macro-F1 (percent, "value [low, high]" where the row has an interval under "ci") and the
+    predicted label shares; "-" where a row has no value."""
+    ci = m.get("ci") or {}
+    cells = []
+    for key in CI_METRICS:
+        cell = f"{100 * m[key]:.1f}" if key in m else "-"
+        if key in m and key in ci:
+            cell += f" [{100 * ci[key][0]:.1f}, {100 * ci[key][1]:.1f}]"
+        cells.append(cell)
     dist = m.get("label_distribution")
     return cells + [f"{100 * dist[lab]:.1f}%" if dist else "-" for lab in LABELS]
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
-    """A fixed-width table of sF1, Q-F1, BA, typed macro-F1 (percent) and the predicted label distribution; a row
-    without some of them (e.g. `PAPER_REFERENCE`) shows "-"."""
-    head = f"{'variant':<12} {'sF1':>6} {'Q-F1':>6} {'BA':>6} {'tF1':>6}  " + " ".join(f"{lab:>6}" for lab in LABELS)
+    """A fixed-width table of sF1, Q-F1, BA, typed macro-F1 (percent, with "[low, high]" where a row has intervals)
+    and the predicted label distribution; a row without some of them (e.g. `PAPER_REFERENCE`) shows "-"."""
+    cells = {name: _cells(m) for name, m in rows.items()}
+    name_w = max([12, *(len(name) for name in rows)])
+    metric_w = max([6, *(len(c) for row in cells.values() for c in row[:4])])
+    head = f"{'variant':<{name_w}} " + " ".join(f"{h:>{metric_w}}" for h in ("sF1", "Q-F1", "BA", "tF1"))
+    head += "  " + " ".join(f"{lab:>6}" for lab in LABELS)
     lines = [head, "-" * len(head)]
-    for name, m in rows.items():
-        c = _cells(m)
-        lines.append(f"{name:<12} {c[0]:>6} {c[1]:>6} {c[2]:>6} {c[3]:>6}  " + " ".join(f"{x:>6}" for x in c[4:]))
+    for name, c in cells.items():
+        metrics = " ".join(f"{x:>{metric_w}}" for x in c[:4])
+        lines.append(f"{name:<{name_w}} {metrics}  " + " ".join(f"{x:>6}" for x in c[4:]))
     return "\n".join(lines)
 
 
 def format_markdown(rows: dict[str, dict[str, Any]]) -> str:
-    """The `format_table` rows as a Markdown table (percent; "-" for a missing value)."""
+    """The `format_table` rows as a Markdown table (percent, "value [low, high]" with intervals; "-" for a missing
+    value)."""
     head = ["variant", "sF1", "Q-F1", "BA", "typed F1", *LABELS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name, *_cells(m)]) + " |" for name, m in rows.items()]
@@ -288,42 +318,81 @@ def evaluate(
     data: list[tuple[Trace, list[str]]],
     *,
     ablation: bool = True,
+    llm_only: Any = None,
     baseline_draws: int = BASELINE_DRAWS,
     seed: int = 0,
+    bootstrap_resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
 ) -> dict[str, Any]:
-    """Judge once, route the full tree and each one-stage ablation; metrics per variant, the trivial baselines and
-    the full labels.
+    """Judge once, route the full tree and each one-stage ablation; optionally the LLM-only rows; metrics per
+    variant with bootstrap intervals, the trivial baselines and the full labels.
 
     Args:
         verifier: a `StepGapVerifier` (`check_steps(traces)` for stages A-C, `route(traces, checks, stages=...)`).
         data: (trace, gold labels per step) pairs, as `load_annotated` returns them.
-        ablation: also route with each stage A-E removed (variants "-A" ... "-E"; judge outputs reused).
-        baseline_draws, seed: the random baseline's draws and seed (`baselines`).
+        ablation: also route with each stage A-E removed (variants "-A" ... "-E"; judge outputs reused) and, with
+            `llm_only`, judge its prompt ablations ("LLM-only -<part>").
+        llm_only: an `LLMOnlyVerifier` (`judge_variants`, `labels`, `unscored`) or None; its rows join "metrics".
+        baseline_draws, seed: the random baseline's draws and seed (`baselines`); `seed` also seeds the bootstrap.
+        bootstrap_resamples, confidence: `metric_intervals` of every variant and baseline row, stored under the
+            row's "ci" ({metric: [low, high]}); 0 resamples: no intervals.
 
     Returns:
-        {"metrics": {variant: `compute_metrics` dict}, "baselines": `baselines(gold)` ({} without steps), "labels": the full tree's
-        `StepLabel`s `[question][step]`, "checks": the judge results `[question][step]`, "judge_s" / "total_s": wall
-        seconds of the judge calls / of everything, "judge_unscored": {reason: count} of unscored judge results}.
+        {"metrics": {variant: `compute_metrics` dict}, "baselines": `baselines(gold)` ({} without steps), "labels": the
+        full tree's `StepLabel`s `[question][step]`, "checks": the judge results `[question][step]`, "judge_s" /
+        "total_s": wall seconds of the A-C judge calls / of everything, "judge_unscored": {reason: count} of unscored
+        A-C judge results, and with `llm_only` "llm_only": {"labels" / "results": {variant: `[question][step]`},
+        "judge_s", "unscored": {variant: {reason: count}}}}.
+
+    Raises:
+        ValueError: `bootstrap_resamples` < 0 or a bad `confidence`.
     """
+    if bootstrap_resamples < 0:
+        raise ValueError(f"evaluate: bootstrap_resamples must be >= 0 (0: no intervals), got {bootstrap_resamples}")
     traces = [t for t, _ in data]
     gold = [g for _, g in data]
     began = time.monotonic()
     checks = verifier.check_steps(traces)
     judge_s = time.monotonic() - began
     variants = {"full": STAGES} | ({f"-{s}": tuple(x for x in STAGES if x != s) for s in STAGES} if ablation else {})
-    results, full_labels = {}, None
+    preds, full_labels = {}, None
     for name, stages in variants.items():
         labels = verifier.route(traces, checks, stages=stages)
         if name == "full":
             full_labels = labels
-        results[name] = compute_metrics(gold, [[lab.label for lab in row] for row in labels])
+        preds[name] = [[[lab.label for lab in row] for row in labels]]
+    extra = {}
+    if llm_only is not None:
+        llm_began = time.monotonic()
+        results = llm_only.judge_variants(traces, variant_parts(ablation))
+        labels = {name: llm_only.labels(rows) for name, rows in results.items()}
+        preds |= {name: [[[lab.label for lab in row] for row in rows]] for name, rows in labels.items()}
+        extra["llm_only"] = {
+            "labels": labels,
+            "results": results,
+            "judge_s": time.monotonic() - llm_began,
+            "unscored": {name: llm_only.unscored(rows) for name, rows in results.items()},
+        }
+    metrics = {name: compute_metrics(gold, runs[0]) for name, runs in preds.items()}
+    base = baselines(gold, draws=baseline_draws, seed=seed) if any(gold) else {}
+    if base:
+        constant = {
+            name: [[[label] * len(row) for row in gold]] for name, label in (("all-NONE", "NONE"), ("all-IE", "IE"))
+        }
+        preds |= constant | {"random": _random_draws(gold, baseline_draws, seed)}
+    if bootstrap_resamples and gold:
+        for name, row in (metrics | base).items():
+            row["ci"] = metric_intervals(
+                gold, preds[name], resamples=bootstrap_resamples, confidence=confidence, seed=seed
+            )
     unscored = collections.Counter(getattr(r, "unscored", None) for row in checks for r in row if not r.ok)
     return {
-        "metrics": results,
-        "baselines": baselines(gold, draws=baseline_draws, seed=seed) if any(gold) else {},
+        "metrics": metrics,
+        "baselines": base,
         "labels": full_labels,
         "checks": checks,
         "judge_s": judge_s,
         "total_s": time.monotonic() - began,
         "judge_unscored": dict(unscored),
+        **extra,
     }

@@ -7,6 +7,7 @@ import collections
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from procrl.data_builders.datasets import builtin_data_file
@@ -125,6 +126,125 @@ def test_typed_report_perfect():
     assert report["macro_f1"] == 1.0
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Bootstrap intervals over questions
+# --------------------------------------------------------------------------------------------------------------------
+
+PRED = [["NONE", "IE"], ["NONE", "NONE"], ["CC", "NONE"], ["MB", "ERROR"]]  # compute_metrics' by-hand example
+
+
+def by_hand_interval(gold, preds, metric, resamples, seed, confidence=0.95):
+    """The percentile interval by hand: draw k takes rows default_rng(seed).integers(0, n, size=n) (k-th call, in
+    order), recomputes `compute_metrics` on those questions for every prediction, and averages over predictions."""
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(resamples):
+        idx = rng.integers(0, len(gold), size=len(gold))
+        g = [gold[i] for i in idx]
+        values.append(np.mean([compute_metrics(g, [p[i] for i in idx])[metric] for p in preds]))
+    alpha = (1 - confidence) / 2
+    return list(np.quantile(values, [alpha, 1 - alpha]))
+
+
+def test_question_counts_by_hand():
+    counts = ev.question_counts(GOLD, PRED)
+    # question 1: gold NONE CC, pred NONE IE -> step gap tp 1 (s2), fp 0, fn 0, tn 1; question tp; NONE tp 1;
+    # CC fn 1; IE fp 1; MB nothing
+    assert counts[0].tolist() == [1, 0, 0, 1, 1, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0]
+    # question 4: gold MB MB, pred MB ERROR -> step tp 1, fn 1; question tp; MB tp 1, fn 1
+    assert counts[3].tolist() == [1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 1]
+    with pytest.raises(ValueError, match="same questions"):
+        ev.question_counts(GOLD, PRED[:2])
+    with pytest.raises(ValueError, match="unknown gold"):
+        ev.question_counts([["ERROR"]], [["NONE"]])
+
+
+def test_metric_intervals_against_a_by_hand_resample():
+    out = ev.metric_intervals(GOLD, [PRED], resamples=200, seed=7)
+    assert set(out) == set(ev.CI_METRICS) == {"sF1", "Q-F1", "BA", "typed_macro_f1"}
+    for metric in ev.CI_METRICS:
+        assert out[metric] == pytest.approx(by_hand_interval(GOLD, [PRED], metric, 200, 7)), metric
+        assert 0.0 <= out[metric][0] <= out[metric][1] <= 1.0
+    # the whole-set value lies inside (sF1 4/7 by hand in test_compute_metrics_by_hand)
+    assert out["sF1"][0] <= 4 / 7 <= out["sF1"][1]
+    # another seed, other resamples; a 50% interval is narrower
+    assert ev.metric_intervals(GOLD, [PRED], resamples=200, seed=8) != out
+    half = ev.metric_intervals(GOLD, [PRED], resamples=200, seed=7, confidence=0.5)
+    assert half["sF1"] == pytest.approx(by_hand_interval(GOLD, [PRED], "sF1", 200, 7, confidence=0.5))
+    assert out["sF1"][0] <= half["sF1"][0] <= half["sF1"][1] <= out["sF1"][1]
+
+
+def test_metric_intervals_of_several_predictions_average_them():
+    draws = ev._random_draws(GOLD, 6, seed=1)
+    out = ev.metric_intervals(GOLD, draws, resamples=60, seed=2)
+    for metric in ev.CI_METRICS:
+        assert out[metric] == pytest.approx(by_hand_interval(GOLD, draws, metric, 60, 2)), metric
+
+
+def test_metric_intervals_edge_cases():
+    # one question: no variation, the interval is the value (sF1 of [CC, NONE] vs [CC, CC]: P 1/2, R 1 -> 2/3)
+    one = ev.metric_intervals([["CC", "NONE"]], [[["CC", "CC"]]])
+    assert one["sF1"] == pytest.approx([2 / 3, 2 / 3]) and one["BA"] == pytest.approx([0.5, 0.5])
+    # all-NONE on gap-free questions: every resample has sF1 0 (no positive) and BA 1 (TNR only); never NaN
+    clean = ev.metric_intervals([["NONE"], ["NONE", "NONE"]], [[["NONE"], ["NONE", "NONE"]]], resamples=20)
+    assert clean["sF1"] == [0.0, 0.0] and clean["BA"] == [1.0, 1.0] and clean["typed_macro_f1"] == [0.25, 0.25]
+    with pytest.raises(ValueError, match="no predictions"):
+        ev.metric_intervals(GOLD, [])
+    with pytest.raises(ValueError, match="no items"):
+        ev.metric_intervals([], [[]])
+    with pytest.raises(ValueError, match="resamples"):
+        ev.metric_intervals(GOLD, [PRED], resamples=0)
+
+
+def test_random_draws_are_the_baseline_draws():
+    draws = ev._random_draws(GOLD, 5, seed=3)
+    base = ev.baselines(GOLD, draws=5, seed=3)["random"]
+    assert base["sF1"] == pytest.approx(np.mean([compute_metrics(GOLD, d)["sF1"] for d in draws]))
+
+
+def test_tables_show_intervals():
+    row = compute_metrics(GOLD, PRED) | {"ci": {"sF1": [0.25, 0.8], "Q-F1": [0.5, 1.0], "BA": [0.4, 0.9]}}
+    rows = {"LLM-only -definitions": row, "paper (ref)": ev.PAPER_REFERENCE}
+    lines = ev.format_table(rows).splitlines()
+    # sF1 4/7 = 57.1, Q-F1 2/3, BA 5/8; typed macro-F1 has no interval here
+    assert lines[2].split()[:10] == [
+        "LLM-only",
+        "-definitions",
+        "57.1",
+        "[25.0,",
+        "80.0]",
+        "66.7",
+        "[50.0,",
+        "100.0]",
+    ] + [
+        "62.5",
+        "[40.0,",
+    ]
+    assert lines[3].split()[:4] == ["paper", "(ref)", "72.0", "81.2"]
+    md = ev.format_markdown(rows).splitlines()
+    assert md[2].startswith(
+        "| LLM-only -definitions | 57.1 [25.0, 80.0] | 66.7 [50.0, 100.0] | 62.5 [40.0, 90.0] | 35.4 |"
+    )
+
+
+def test_evaluate_intervals_on_every_row():
+    data = load_annotated(SHIPPED)[:6]
+    verifier = StepGapVerifier(OracleJudge(data), GoldNLI(data), progress=False)
+    report = ev.evaluate(verifier, data, baseline_draws=10, bootstrap_resamples=50)
+    rows = report["metrics"] | report["baselines"]
+    assert set(rows) == {"full", "-A", "-B", "-C", "-D", "-E", "all-NONE", "all-IE", "random"}
+    gold = [g for _, g in data]
+    # all-IE's interval by hand (a constant prediction); the full tree is perfect on every resample with a gap
+    all_ie = [[["IE"] * len(row) for row in gold]]
+    assert rows["all-IE"]["ci"]["Q-F1"] == pytest.approx(by_hand_interval(gold, all_ie, "Q-F1", 50, 0))
+    assert rows["full"]["ci"]["typed_macro_f1"][1] == 1.0 and rows["full"]["ci"]["BA"] == [1.0, 1.0]
+    draws = ev._random_draws(gold, 10, 0)
+    assert rows["random"]["ci"]["sF1"] == pytest.approx(by_hand_interval(gold, draws, "sF1", 50, 0))
+    assert "ci" not in ev.evaluate(verifier, data, bootstrap_resamples=0)["metrics"]["full"]
+    with pytest.raises(ValueError, match="bootstrap_resamples"):
+        ev.evaluate(verifier, data, bootstrap_resamples=-1)
+
+
 def assert_labels_true_by_construction(path: Path) -> collections.Counter:
     """Checks every record of an annotated file against the construction rules of `build_annotated_2wiki`
     (rewards/stepgap/data/SOURCE.md); returns the gold label counts."""
@@ -219,7 +339,7 @@ class GoldNLI:
 def test_evaluate_with_oracle_backends_is_perfect():
     data = load_annotated(SHIPPED)[:14]
     verifier = StepGapVerifier(OracleJudge(data), GoldNLI(data), progress=False)
-    report = ev.evaluate(verifier, data)
+    report = ev.evaluate(verifier, data, bootstrap_resamples=100)
     full = report["metrics"]["full"]
     assert full["sF1"] == 1.0 and full["Q-F1"] == 1.0 and full["BA"] == 1.0 and full["typed_macro_f1"] == 1.0
     assert report["judge_unscored"] == {} and set(report["baselines"]) == {"all-NONE", "all-IE", "random"}
@@ -243,6 +363,7 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(stepgap_eval, "make_nli", lambda spec, judge, **kw: GoldNLI(data))
     out = tmp_path / "out"
     argv = ["--data", str(small), "--output-dir", str(out), "--nli-entail-min", "0.9", "--baseline-draws", "20"]
+    argv += ["--bootstrap-resamples", "200"]
     assert stepgap_eval.main(argv) == 0
     metrics = json.loads((out / "metrics.json").read_text())
     # GoldNLI's labels are one-hots: a threshold of 0.9 changes nothing
@@ -251,12 +372,15 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     assert metrics["baselines"]["random"]["draws"] == 20 and metrics["paper_reference"]["sF1"] == 0.72
     assert metrics["baselines"]["all-NONE"]["sF1"] == 0.0
     assert len((out / "labels.jsonl").read_text().splitlines()) == 8
+    assert metrics["metrics"]["full"]["ci"]["sF1"] == [1.0, 1.0] and "ci" in metrics["baselines"]["random"]
+    assert metrics["bootstrap"]["resamples"] == 200 and metrics["llm_only"] is None
     printed = capsys.readouterr().out
     table = (out / "table.md").read_text()
     for row in ("full", "-A", "-E", "all-NONE", "all-IE", "random", "paper (ref)"):
         assert f"\n{row} " in printed and f"| {row} |" in table
     assert "| paper (ref) | 72.0 | 81.2 | 60.6 | - |" in table
-    assert "mean over 20 draws" in printed
+    assert "mean over 20 draws" in printed and "Q-F1 inflation check" in table
+    assert "| full | 100.0 [100.0, 100.0] |" in table
     # a threshold outside (0, 1] is a usage error (exit 2), before any judge is opened
     assert stepgap_eval.main(["--data", str(small), "--nli-contradict-min", "1.5"]) == 2
 
