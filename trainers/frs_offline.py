@@ -5,12 +5,14 @@
 takes each trace's tail confidence from the sampler's own raw (T = 1) log-probs, judges the traces FRS
 needs (`procrl.rewards.frs.plan_judging`) and writes into `args.output_dir`:
 
-- `frs.json`: the report (FRS@K, accuracies, selection gain, counts, judge statistics), the settings, wall times
-  and every trace (text, confidence, correctness, scores);
+- `frs.json`: the report (FRS@K, accuracies, selection gain, counts, judge statistics), its 95% bootstrap intervals
+  over problems (`intervals`: accuracy, accuracy@K, frs@K, selection_gain -> [low, high]; `bootstrap`: how;
+  `procrl.rewards.frs.intervals`, `bootstrap_resamples` draws, 0 = none), the settings, wall times and every trace
+  (text, confidence, correctness, scores);
 - `traces.jsonl`: the sampled traces, written chunk by chunk (`generate_traces_resumable`); an interrupted run
   started again with the same settings and engine resumes from it, and a rerun (e.g. with another judge) generates
   nothing;
-- `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
+- `frs.png`: the FRS@K curve (with the accuracy of the kept traces; their intervals as bands) and histograms of the confidence of correct and
   incorrect traces (`plot_frs`).
 
 `judge: local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
@@ -31,6 +33,7 @@ from typing import Literal
 from procrl.generation import SamplingParams
 from procrl.judges import judge_options, open_judge
 from procrl.rewards.frs import FRSConfig, compute_frs
+from procrl.rewards.frs.intervals import accuracy_key, frs_intervals, frs_key
 from procrl.trainers.frs_traces import generate_traces_resumable
 from procrl.trainers.offline import OfflineSamplingConfig, load_setup
 from procrl.utils import json_safe
@@ -101,10 +104,19 @@ class OfflineFRSConfig(OfflineSamplingConfig):
         },
     )
     top_k: int = field(default=0, metadata={"help": "top-k sampling (0 = off)"})
+    bootstrap_resamples: int = field(
+        default=1000,
+        metadata={
+            "help": "bootstrap draws over problems for the 95%% intervals of accuracy, accuracy@K, FRS@K and the "
+            "selection gain (no extra judging); 0 = no intervals"
+        },
+    )
     output_dir: str = field(default="outputs/frs", metadata={"help": "where frs.json and frs.png go"})
 
     def __post_init__(self) -> None:
         self.frs_config()  # raises on invalid settings, with procrl frs's messages (not OfflineSamplingConfig's)
+        if self.bootstrap_resamples < 0:
+            raise ValueError(f"--bootstrap-resamples must be >= 0 (0 = no intervals), got {self.bootstrap_resamples}")
         problems = self.engine_problems()
         if problems:
             raise ValueError("; ".join(problems))
@@ -181,6 +193,11 @@ def run_frs(args: OfflineFRSConfig) -> dict:
             )
         report = compute_frs(traces, judge, config, progress=not args.no_progress)
     judge_s = time.perf_counter() - t_judge
+    t_boot = time.perf_counter()
+    bootstrap = {"intervals": None, "bootstrap": None}
+    if args.bootstrap_resamples > 0:
+        bootstrap = frs_intervals(traces, config, resamples=args.bootstrap_resamples, seed=args.seed).to_dict()
+    bootstrap_s = time.perf_counter() - t_boot
 
     result = {
         "model": args.model,
@@ -202,7 +219,13 @@ def run_frs(args: OfflineFRSConfig) -> dict:
             "frs": asdict(config),
         },
         "report": report.to_dict(),
-        "wall_time_s": {"generation": generation_s, "judging": judge_s, "total": time.perf_counter() - t0},
+        **bootstrap,
+        "wall_time_s": {
+            "generation": generation_s,
+            "judging": judge_s,
+            "bootstrap": bootstrap_s,
+            "total": time.perf_counter() - t0,
+        },
         "mean_trace_tokens": sum(t.num_tokens for t in traces) / len(traces) if traces else None,
         "truncated_frac": (
             sum(1 for t in traces if t.num_tokens >= args.max_new_tokens) / len(traces) if traces else None
@@ -210,12 +233,13 @@ def run_frs(args: OfflineFRSConfig) -> dict:
         "traces": [t.to_dict() for t in traces],
     }
     (out / "frs.json").write_text(json.dumps(json_safe(result), indent=2))
-    plot_frs(report, traces, out / "frs.png", title=f"{args.model} on {result['dataset']}, {args.n} traces/problem")
+    title = f"{args.model} on {result['dataset']}, {args.n} traces/problem"
+    plot_frs(report, traces, out / "frs.png", title=title, intervals=bootstrap["intervals"])
     result["paths"] = {"json": str(out / "frs.json"), "plot": str(out / "frs.png")}
     return result
 
 
-def plot_frs(report, traces, path: str | Path, title: str = "") -> Path:
+def plot_frs(report, traces, path: str | Path, title: str = "", intervals: dict | None = None) -> Path:
     """Two panels: FRS@K (and the accuracy of the kept traces, in %) against K; confidence histograms of correct
     and incorrect traces (traces with an unparseable gold or no confidence left out).
 
@@ -223,6 +247,9 @@ def plot_frs(report, traces, path: str | Path, title: str = "") -> Path:
         report: a `procrl.rewards.frs.FRSReport` (`at_k`, `accuracy_at_k`, `accuracy`).
         traces: the `Trace`s it was computed from (`correct`, `confidence`).
         path: the PNG to write (110 dpi).
+        title: the figure's title.
+        intervals: `frs.json`'s `intervals` (name -> [low, high] or None, `procrl.rewards.frs.intervals`); each
+            curve gets a band over the Ks that have an interval. None: no bands.
 
     Returns:
         `path` as a `Path`.
@@ -236,14 +263,20 @@ def plot_frs(report, traces, path: str | Path, title: str = "") -> Path:
     ks = sorted(report.at_k)
     frs_points = [(k, report.at_k[k]) for k in ks if report.at_k[k] is not None]
     if frs_points:
-        ax_curve.plot(*zip(*frs_points, strict=True), marker="o", label="FRS@K (RS, 0-100)")
+        (line,) = ax_curve.plot(*zip(*frs_points, strict=True), marker="o", label="FRS@K (RS, 0-100)")
+        _band(ax_curve, ks, intervals, frs_key, 1.0, line.get_color())
     acc_points = [(k, 100 * report.accuracy_at_k[k]) for k in ks if report.accuracy_at_k.get(k) is not None]
     if acc_points:
-        ax_curve.plot(*zip(*acc_points, strict=True), marker="s", linestyle="--", label="accuracy of kept traces (%)")
+        (line,) = ax_curve.plot(
+            *zip(*acc_points, strict=True), marker="s", linestyle="--", label="accuracy of kept traces (%)"
+        )
+        _band(ax_curve, ks, intervals, accuracy_key, 100.0, line.get_color())
     if report.accuracy is not None:
         ax_curve.axhline(100 * report.accuracy, color="grey", linewidth=0.8, label="accuracy, all traces (%)")
     if not frs_points and not acc_points:
         ax_curve.text(0.5, 0.5, "nothing scored", ha="center", va="center", transform=ax_curve.transAxes)
+    if intervals:
+        ax_curve.plot([], [], color="grey", alpha=0.25, linewidth=6, label="95% bootstrap interval (problems)")
     ax_curve.set_xlabel("K (% most confident traces kept)")
     ax_curve.set_ylim(0, 100)
     ax_curve.set_title("FRS@K", fontsize=10)
@@ -265,3 +298,13 @@ def plot_frs(report, traces, path: str | Path, title: str = "") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _band(ax, ks, intervals: dict | None, key, scale: float, color) -> None:
+    """Shade [low, high] * scale of `intervals[key(k)]` over the Ks that have an interval, with a bar at each K."""
+    points = [(k, intervals[key(k)]) for k in ks if intervals and intervals.get(key(k)) is not None]
+    if points:
+        xs = [k for k, _ in points]
+        lows, highs = [scale * iv[0] for _, iv in points], [scale * iv[1] for _, iv in points]
+        ax.fill_between(xs, lows, highs, color=color, alpha=0.2, linewidth=0)
+        ax.vlines(xs, lows, highs, color=color, alpha=0.6)

@@ -8,16 +8,22 @@ Samples `--n` traces per problem (temperature 0.7, no top-p/top-k by default) wi
 takes each trace's tail confidence from the generation's own raw logits, judges the traces FRS needs
 (`procrl.rewards.frs.plan_judging`) and writes into `--output-dir`:
 
-- `frs.json`: the report (FRS@K, accuracies, selection gain, `rs_auc`, counts, judge statistics), the settings,
-  wall times and every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
+- `frs.json`: the report (FRS@K, accuracies, selection gain, `rs_auc`, counts, judge statistics), its 95%
+  bootstrap intervals over problems (`intervals`: `accuracy`, `accuracy@K`, `frs@K`, `selection_gain` ->
+  [low, high]; `bootstrap`: draws, seed, problems; `--bootstrap-resamples`, default 1000, 0 = none; no extra
+  judging: each resample re-ranks its traces and re-selects the top K%), the settings, wall times and every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
   log-probs also `expected_scores` and `rs_expected`);
 - `traces.jsonl`: the sampled traces, written chunk by chunk; an interrupted run started again with the same
   settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
-- `frs.png`: the FRS@K curve (with the accuracy of the kept traces) and histograms of the confidence of correct and
+- `frs.png`: the FRS@K curve (with the accuracy of the kept traces; the intervals as bands) and histograms of the confidence of correct and
   incorrect traces;
 - `run.json`: the run record (`procrl.tracking`): settings, git state, versions, machine, wall time and the headline
   metrics `frs/score` (FRS@K of `--k`), `frs/at_k/<K>`, `frs/accuracy`, `frs/selection_gain`, `frs/rs_auc`,
-  `frs/judged`, `frs/unscored`, ... (`FRSReport.metrics`); also to wandb with `--report-to wandb`.
+  `frs/judged`, `frs/unscored`, ... (`FRSReport.metrics`) and the intervals `frs/ci/<name>/low|high`; also to
+  wandb with `--report-to wandb`.
+
+Intervals for an frs.json written without them (an older run): `procrl.rewards.frs.intervals.
+intervals_from_frs_json(path)` (from its traces, nothing judged again); `procrl frs-compare` does it itself.
 
 `--judge local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
 default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
@@ -49,6 +55,7 @@ from __future__ import annotations
 from trl import TrlParser
 
 from procrl.rewards.frs import FRSReport
+from procrl.rewards.frs.intervals import accuracy_key, frs_key
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.tracking import TrackingArguments, track_run
 from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
@@ -79,42 +86,57 @@ def main(argv: list[str] | None = None) -> int:
 def run_metrics(result: dict) -> dict[str, float]:
     """The run record's headline metrics of a `run_frs` result: `FRSReport.metrics("frs/")` (score, at_k/<K>,
     accuracy, accuracy_kept, selection_gain, rs_auc, judged, unscored, mean_confidence and the RS_expected twins; a
-    metric without a value is left out) plus `frs/n_traces` and `frs/n_scored`."""
+    metric without a value is left out) plus `frs/n_traces`, `frs/n_scored` and each bootstrap interval as
+    `frs/ci/<name>/low` and `.../high` (name: accuracy, accuracy@K, frs@K, selection_gain; none without one)."""
     report = result["report"]
-    return {
+    metrics = {
         **FRSReport(**report).metrics("frs/"),
         "frs/n_traces": report["n_traces"],
         "frs/n_scored": report["n_scored"],
     }
+    for name, interval in (result.get("intervals") or {}).items():
+        if interval is not None:
+            metrics[f"frs/ci/{name}/low"], metrics[f"frs/ci/{name}/high"] = float(interval[0]), float(interval[1])
+    return metrics
 
 
 def print_summary(result: dict) -> None:
     """The few lines people read: FRS@K (from RS and, when every scored trace has probabilities, RS_expected),
-    accuracies, selection gain, the AUC of RS for correct vs incorrect traces, judge counts, wall times, the output
-    paths."""
+    accuracies, selection gain (each with its bootstrap interval `[low, high]` when the result has one), the AUC of
+    RS for correct vs incorrect traces, judge counts, wall times, the output paths."""
     report = result["report"]
+    intervals = result.get("intervals") or {}
 
-    def fmt(v, scale=1.0):
-        return "n/a" if v is None else f"{v * scale:.1f}"
+    def fmt(v, scale=1.0, name=None):
+        text = "n/a" if v is None else f"{v * scale:.1f}"
+        interval = intervals.get(name) if name is not None and v is not None else None
+        return text if interval is None else f"{text} [{interval[0] * scale:.1f}, {interval[1] * scale:.1f}]"
 
     def fmt_auc(v):
         return "n/a" if v is None else f"{v:.3f}"
 
     print()
     print(f"procrl frs: {result['model']} on {result['dataset']}, {report['n_traces']} traces")
+    headline = report["k_percent"]
     print(
-        f"FRS@{report['k_percent']:g}: {fmt(report['score'])}   (RS 0-100; {report['kept_at_k'][report['k_percent']]} kept)"
+        f"FRS@{headline:g}: {fmt(report['score'], name=frs_key(headline))}   "
+        f"(RS 0-100; {report['kept_at_k'][headline]} kept)"
     )
-    print("FRS@K: " + ", ".join(f"{k:g}: {fmt(v)}" for k, v in report["at_k"].items()))
+    print("FRS@K: " + ", ".join(f"{float(k):g}: {fmt(v, name=frs_key(float(k)))}" for k, v in report["at_k"].items()))
+    print(
+        "accuracy@K (%): "
+        + ", ".join(f"{float(k):g}: {fmt(v, 100, accuracy_key(float(k)))}" for k, v in report["accuracy_at_k"].items())
+    )
     expected = report["at_k_expected"]
     print(
         "FRS@K from expected scores: "
         + ", ".join(f"{k:g}: {fmt(v)}" for k, v in expected.items())
         + f"   ({report['n_scored_without_probs']} scored traces without probabilities)"
     )
-    print(f"accuracy: all {fmt(report['accuracy'], 100)}%, kept {fmt(report['accuracy_kept'], 100)}%")
+    accuracy_kept = fmt(report["accuracy_kept"], 100, accuracy_key(headline))
+    print(f"accuracy (%): all {fmt(report['accuracy'], 100, 'accuracy')}, kept {accuracy_kept}")
     print(
-        f"selection gain: {fmt(report['selection_gain'])} over {report['selection_gain_questions']} questions "
+        f"selection gain: {fmt(report['selection_gain'], name='selection_gain')} over {report['selection_gain_questions']} questions "
         f"({report['selection_gain_dropped']} dropped); from expected scores: "
         f"{fmt(report['selection_gain_expected'])}"
     )
@@ -124,6 +146,14 @@ def print_summary(result: dict) -> None:
         f"expected {fmt_auc(report['rs_expected_auc'])}   ({report['auc_n_correct']} correct, "
         f"{report['auc_n_incorrect']} incorrect scored traces)"
     )
+    boot = result.get("bootstrap")
+    if boot:
+        print(
+            f"[low, high]: {100 * boot['confidence']:g}% percentile bootstrap over {boot['n_problems']} problems, "
+            f"{boot['resamples']} resamples (seed {boot['seed']})"
+        )
+    else:
+        print("no bootstrap intervals (--bootstrap-resamples 0)")
     print(f"judged {report['n_judged']}, scored {report['n_scored']}, unscored {report['unscored']}")
     wall = result["wall_time_s"]
     print(
