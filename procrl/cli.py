@@ -29,6 +29,8 @@ procrl report SWEEP_DIR | RUN_DIR... [--output-dir D] [--title T] [--finished-on
                              markdown table + plots (report.md, curves.png) from run.json files / offline wandb runs
 procrl bestofn SELECT.json [SELECT2.json ...] [--ks 1,2,4,6,8,16] [--output-dir D]
                              best-of-k accuracy of every selection method from one sample set, with intervals
+procrl frs-compare A/frs.json B/frs.json --output-dir D
+                             models ranked by accuracy and by FRS@K per benchmark, with intervals and inversions
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ COMMANDS = {
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from run.json files / offline wandb runs (no server)"),
     "bestofn": ("procrl.scripts.bestofn", "best-of-k curves (every selector, every k) from procrl select reports"),
+    "frs-compare": ("procrl.scripts.frs_compare", "rank models by accuracy and by FRS@K, with intervals (frs.json)"),
 }
 
 

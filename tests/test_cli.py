@@ -21,6 +21,7 @@ SUBCOMMANDS = {
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
     "bestofn": "procrl.scripts.bestofn",
+    "frs-compare": "procrl.scripts.frs_compare",
 }
 
 

@@ -62,7 +62,7 @@ class BestOfNArguments:
     )
     subsets: int = field(default=64, metadata={"help": "random k-subsets per problem for k < n (shared by methods)"})
     seed: int = field(default=0, metadata={"help": "seed of the subsets (per problem and k) and of the bootstrap"})
-    resamples: int = field(default=1000, metadata={"help": "bootstrap resamples of the 95% intervals"})
+    resamples: int = field(default=1000, metadata={"help": "bootstrap resamples of the 95%% intervals"})
     output_dir: str | None = field(
         default=None, metadata={"help": "where bestofn.json, table.md, curves.png go; None: <first report dir>/bestofn"}
     )

@@ -26,6 +26,7 @@ COMMANDS = {
     "procrl.scripts.report": ("procrl report", ["runs/some_sweep"]),
     "procrl.scripts.sweep": ("procrl sweep", ["s.yaml"]),
     "procrl.scripts.bestofn": ("procrl bestofn", ["some.json"]),
+    "procrl.scripts.frs_compare": ("procrl frs-compare", ["a/frs.json", "--output-dir", "out"]),
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
 # setting is a choice, which argparse refuses itself: tests/scripts/test_model_command.py)
@@ -41,6 +42,7 @@ REFUSED = {
     "procrl.scripts.report": (["--title", " "], "must be one non-empty line"),
     "procrl.scripts.sweep": (["--wandb", "maybe"], "wandb='maybe' must be one of"),
     "procrl.scripts.bestofn": (["--ks", ","], "--ks is empty"),
+    "procrl.scripts.frs_compare": (["--k", "0"], "--k must be a percentage"),
 }
 
 
