@@ -4,18 +4,18 @@ The PiCSAR paper (arXiv 2508.21787) compares PiCSAR@6 with self-consistency@16 a
 with majority vote; both read off one table when every method picks from the same n samples per problem, with k of
 them visible (`bestofn_curves`):
 
-- `random`: the expected accuracy of a uniform pick, mean correctness of the k-subset S (exact, no draw);
+- `random`: the expected accuracy of a uniform pick: the problem's mean correctness at every k (exact, no draw);
 - `majority` (self-consistency): the most frequent non-None extracted answer of S, ties to the answer whose first
   occurrence in S is earliest; no answer in S -> wrong;
 - `longest`: the most `num_tokens` (the length baseline), ties earliest;
-- `pass@k`: some candidate of S is correct (the ceiling of any selector);
+- `pass@k`: some candidate of S is correct (the ceiling of any selector), exactly 1 - C(n - c, k) / C(n, k);
 - `<name>` for every `score_<name>` column: argmax of the score over S, ties earliest, None never picked, all None
   -> wrong (abstain). A name equal to one of the baselines' is kept as `score_<name>`;
 - `greedy` (only when every problem has a `greedy` entry): its correctness, the same at every k.
 
 Expected accuracy of a method at k < n, per problem: the mean of its correctness over `subsets` random k-subsets
 drawn with `random.Random(f"{seed}:{problem_id}:{k}")` (`draw_subsets`: the SAME subsets for every method, so the
-methods are paired); at k == n the full set, once. The curve point is the mean over problems with a percentile
+methods are paired; every k-subset once when there are no more than `subsets`); at k == n the full set, once. The curve point is the mean over problems with a percentile
 bootstrap 95% interval over problems (`procrl.stats.bootstrap_mean_interval`).
 
 `score_auroc`: the within-problem AUROC of each score column and of `num_tokens` (the PUM paper's ranking
@@ -29,6 +29,8 @@ re-exported here.
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,6 +76,18 @@ def _random(problem: Problem, subset: Sequence[int]) -> float:
     return sum(problem.correct[i] for i in subset) / len(subset)
 
 
+def _random_exact(problem: Problem, k: int) -> float:
+    """E over k-subsets of a uniform pick's correctness = the problem's mean correctness (any k)."""
+    return sum(problem.correct) / len(problem.correct)
+
+
+def _pass_at_k_exact(problem: Problem, k: int) -> float:
+    """The unbiased pass@k estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, arXiv 2107.03374, eq. 1): the
+    probability that a uniformly drawn k-subset of the n samples, c of them correct, holds a correct one."""
+    n, c = len(problem.correct), sum(problem.correct)
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
 def _majority(problem: Problem, subset: Sequence[int]) -> float:
     pick = pick_majority([problem.extracted[i] for i in subset])
     return 0.0 if pick is None else float(problem.correct[subset[pick]])
@@ -108,6 +122,10 @@ def _methods(samples: Samples) -> dict[str, Method]:
     return methods
 
 
+# methods whose expectation over k-subsets has a closed form: computed exactly, not from the drawn subsets
+_EXACT: dict[str, Callable[[Problem, int], float]] = {"random": _random_exact, "pass@k": _pass_at_k_exact}
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Curves and AUROC
 # ----------------------------------------------------------------------------------------------------------
@@ -116,7 +134,8 @@ def _methods(samples: Samples) -> dict[str, Method]:
 def draw_subsets(problem_id: str, n: int, k: int, subsets: int, seed: int) -> list[tuple[int, ...]]:
     """The k-subsets of [0, n) a problem's methods are averaged over, each sorted (candidates in original order).
 
-    k == n: the full set, once. k < n: `subsets` draws of `random.Random(f"{seed}:{problem_id}:{k}").sample`.
+    k == n: the full set, once. C(n, k) <= `subsets`: every k-subset once (the expectation is then exact). Else
+    `subsets` draws of `random.Random(f"{seed}:{problem_id}:{k}").sample`.
 
     Raises:
         ValueError: k < 1, k > n or subsets < 1.
@@ -132,6 +151,8 @@ def draw_subsets(problem_id: str, n: int, k: int, subsets: int, seed: int) -> li
         raise ValueError(f"subsets must be >= 1, got {subsets}")
     if k == n:
         return [tuple(range(n))]
+    if math.comb(n, k) <= subsets:
+        return list(itertools.combinations(range(n), k))
     rng = random.Random(f"{seed}:{problem_id}:{k}")
     return [tuple(sorted(rng.sample(range(n), k))) for _ in range(subsets)]
 
@@ -172,7 +193,9 @@ def bestofn_curves(
         for k in ks:
             draws = draw_subsets(problem.problem_id, samples.n, k, subsets, seed)
             for name, method in methods.items():
-                per_problem[name][str(k)].append(sum(method(problem, s) for s in draws) / len(draws))
+                exact = _EXACT.get(name)
+                value = exact(problem, k) if exact else sum(method(problem, s) for s in draws) / len(draws)
+                per_problem[name][str(k)].append(value)
     if all(p.greedy is not None for p in samples.problems):
         greedy = [float(p.greedy) for p in samples.problems]
         per_problem = {"greedy": {str(k): greedy for k in ks}} | per_problem
@@ -210,8 +233,8 @@ def pairwise_auroc(scores: Sequence[float | None], correct: Sequence[bool]) -> f
     >>> pairwise_auroc([1.0, 2.0], [True, True]) is None
     True
     """
-    pos = [s for s, c in zip(scores, correct, strict=True) if s is not None and c]
-    neg = [s for s, c in zip(scores, correct, strict=True) if s is not None and not c]
+    pos = [s for s, c in zip(scores, correct, strict=True) if s is not None and math.isfinite(s) and c]
+    neg = [s for s, c in zip(scores, correct, strict=True) if s is not None and math.isfinite(s) and not c]
     if not pos or not neg:
         return None
     wins = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg)

@@ -129,12 +129,15 @@ def _problem(path: Path, index: int, row: object) -> Problem:
         greedy, greedy_text = greedy.get("correct") is True, greedy.get("text")
     else:
         greedy = None
+    lengths = [c.get("num_tokens") for c in candidates]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in lengths):
+        raise ValueError(f"problem {index}: every candidate needs an integer num_tokens >= 0, got {lengths}")
     return Problem(
         problem_id=str(row.get("problem_id", index)),
         texts=[str(c["text"]) for c in candidates],
         correct=[None if c["correct"] is None else bool(c["correct"]) for c in candidates],
         extracted=[None if c["extracted"] is None else str(c["extracted"]) for c in candidates],
-        num_tokens=[int(c["num_tokens"]) for c in candidates],
+        num_tokens=lengths,
         scores=scores,
         greedy=greedy,
         greedy_text=greedy_text,

@@ -106,13 +106,13 @@ def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed
         values |= {accuracy_key(k): v for k, v in sorted(accuracy_at_k.items())}
         values |= {frs_key(k): v for k, v in sorted(at_k.items())}
         values[SELECTION_GAIN] = report["selection_gain"]
-        k_percent, n_problems, n_traces = float(report["k_percent"]), int(report["n_problems"]), report["n_traces"]
+        k_percent, n_problems, n_traces = float(report["k_percent"]), int(report["n_problems"]), int(report["n_traces"])
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise ValueError(f"{path}: the report lacks a field FRS needs ({type(error).__name__}: {error})") from error
     intervals, source = result.get("intervals"), "report"
     if not intervals:
         intervals, source = {}, "none"
-        if resamples > 0:
+        if resamples > 0 and result.get("traces"):
             try:
                 intervals = intervals_from_result(result, resamples=resamples, seed=seed).to_dict()["intervals"]
             except ValueError as error:
@@ -125,7 +125,7 @@ def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed
         k_percent=k_percent,
         k_values=sorted(at_k),
         n_problems=n_problems,
-        n_traces=int(n_traces),
+        n_traces=n_traces,
         values=values,
         intervals={k: (None if v is None else [float(v[0]), float(v[1])]) for k, v in intervals.items()},
         intervals_source=source,

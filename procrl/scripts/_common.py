@@ -26,10 +26,12 @@ import yaml
 from trl import TrlParser
 
 __all__ = [
+    "BOOL_WORDS",
     "CONFIG_BASE_KEY",
     "EXIT_USAGE",
     "ConfigParser",
     "HelpFormatter",
+    "bare_words_as_flag",
     "configure_logging",
     "load_config",
     "parse_or_exit",
@@ -197,3 +199,53 @@ class ConfigParser(TrlParser):
     def parse_args_and_config(self, args: Sequence[str] | None = None, *rest, **kwargs) -> tuple:
         with resolved_config_args(sys.argv[1:] if args is None else args) as resolved:
             return super().parse_args_and_config(resolved, *rest, **kwargs)
+
+
+# transformers' string_to_bool words: a bool flag may take one of them as its value (HfArgumentParser)
+BOOL_WORDS = ("yes", "true", "t", "y", "1", "no", "false", "f", "n", "0")
+
+
+def bare_words_as_flag(
+    argv: Sequence[str], flag: str, value_flags: Sequence[str], bool_flags: Sequence[str] = ()
+) -> list[str]:
+    """`argv` with its bare words (anywhere, not the value of a flag) gathered into `flag ...` at the front, so a
+    command can take positional paths (`procrl report DIR ...`) through a dataclass list field.
+
+    Args:
+        argv: the command line after the program name.
+        flag: the list field's flag (e.g. "--paths"); given explicitly, its words are bare words too.
+        value_flags: the flags whose next word is their value; bool_flags: flags that may take a `BOOL_WORDS` word.
+
+    An unknown flag keeps the word after it (argparse then reports both), so a typo is never taken as a path.
+
+    >>> bare_words_as_flag(["runs/a", "--title", "T", "runs/b", "--finished-only"], "--paths", ["--title"])
+    ['--paths', 'runs/a', 'runs/b', '--title', 'T', '--finished-only']
+    >>> bare_words_as_flag(["--finished-only", "true", "x"], "--paths", [], ["--finished-only"])
+    ['--paths', 'x', '--finished-only', 'true']
+    >>> bare_words_as_flag(["a.json", "--bogus", "1"], "--reports", [])
+    ['--reports', 'a.json', '--bogus', '1']
+    """
+    words, rest, i = [], [], 0
+    known = {*value_flags, *bool_flags, "-h", "--help"}
+    while i < len(argv):
+        word = argv[i]
+        if word in value_flags and i + 1 < len(argv):
+            rest += argv[i : i + 2]
+            i += 2
+            continue
+        if word in bool_flags and i + 1 < len(argv) and argv[i + 1].lower() in BOOL_WORDS:
+            rest += argv[i : i + 2]
+            i += 2
+            continue
+        if word == flag:
+            pass
+        elif word.startswith("-"):
+            rest.append(word)
+            if word.split("=", 1)[0] not in known and "=" not in word and i + 1 < len(argv):
+                if not argv[i + 1].startswith("-"):
+                    rest.append(argv[i + 1])
+                    i += 1
+        else:
+            words.append(word)
+        i += 1
+    return ([flag, *words] if words else []) + list(rest)

@@ -28,7 +28,14 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
+from procrl.scripts._common import (
+    EXIT_USAGE,
+    HelpFormatter,
+    bare_words_as_flag,
+    configure_logging,
+    parse_or_exit,
+    usage_error,
+)
 from procrl.tracking import TrackingArguments, track_run
 from procrl.trainers.bestofn import DEFAULT_KS, bestofn_curves, bestofn_table, load_reports, plot_bestofn
 from procrl.utils import json_safe
@@ -111,25 +118,7 @@ def reports_as_flag(argv: list[str]) -> list[str]:
     >>> reports_as_flag(["a.json", "--bogus", "1"])  # an unknown flag keeps its value: argparse reports both
     ['--reports', 'a.json', '--bogus', '1']
     """
-    reports, rest, i = [], [], 0
-    while i < len(argv):
-        word = argv[i]
-        if word in _VALUE_FLAGS and i + 1 < len(argv):
-            rest += argv[i : i + 2]
-            i += 2
-            continue
-        if word == "--reports":
-            pass
-        elif word.startswith("-"):
-            rest.append(word)
-            known = word.split("=", 1)[0] in {*_VALUE_FLAGS, "-h", "--help"}
-            if not known and "=" not in word and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                rest.append(argv[i + 1])
-                i += 1
-        else:
-            reports.append(word)
-        i += 1
-    return (["--reports", *reports] if reports else []) + rest
+    return bare_words_as_flag(argv, "--reports", _VALUE_FLAGS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 
 from trl import TrlParser
 
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
+from procrl.scripts._common import (
+    EXIT_USAGE,
+    HelpFormatter,
+    bare_words_as_flag,
+    configure_logging,
+    parse_or_exit,
+    usage_error,
+)
 from procrl.stats import BOOTSTRAP_RESAMPLES
 from procrl.tracking import TrackingArguments, numeric_metrics, track_run
 from procrl.trainers.frs_compare import build_comparison, format_table, write_comparison
@@ -94,25 +101,7 @@ def reports_as_flag(argv: list[str]) -> list[str]:
     >>> reports_as_flag(["a", "--bogus", "1"])  # an unknown flag keeps its value: the parser reports both
     ['--reports', 'a', '--bogus', '1']
     """
-    reports, rest, i = [], [], 0
-    while i < len(argv):
-        word = argv[i]
-        if word in _VALUE_FLAGS and i + 1 < len(argv):
-            rest += argv[i : i + 2]
-            i += 2
-            continue
-        if word == "--reports":
-            pass
-        elif word.startswith("-"):
-            rest.append(word)
-            known = word.split("=", 1)[0] in {*_VALUE_FLAGS, "-h", "--help"}
-            if not known and "=" not in word and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                rest.append(argv[i + 1])
-                i += 1
-        else:
-            reports.append(word)
-        i += 1
-    return (["--reports", *reports] if reports else []) + rest
+    return bare_words_as_flag(argv, "--reports", tuple(_VALUE_FLAGS))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,7 +33,14 @@ from trl import TrlParser
 
 from procrl.run_records import load_runs, sweep_metric
 from procrl.run_report import format_report, format_table, group_variants, plot_curves
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
+from procrl.scripts._common import (
+    EXIT_USAGE,
+    HelpFormatter,
+    bare_words_as_flag,
+    configure_logging,
+    parse_or_exit,
+    usage_error,
+)
 
 __all__ = ["ReportArguments", "main", "make_parser", "paths_as_flag"]
 
@@ -41,7 +48,6 @@ PROG = "procrl report"
 REPORT_FILE, PLOT_FILE = "report.md", "curves.png"
 _VALUE_FLAGS = ("--output_dir", "--output-dir", "--title", "--config")  # their next word is their value
 _BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
-_BOOL_WORDS = ("yes", "true", "t", "y", "1", "no", "false", "f", "n", "0")  # transformers' string_to_bool
 
 
 @dataclass
@@ -87,29 +93,7 @@ def paths_as_flag(argv: list[str]) -> list[str]:
     >>> paths_as_flag(["runs/a", "--bogus", "1"])  # an unknown flag's value is not a path
     ['--paths', 'runs/a', '--bogus', '1']
     """
-    paths, rest, i = [], [], 0
-    while i < len(argv):
-        word = argv[i]
-        if word in _VALUE_FLAGS and i + 1 < len(argv):
-            rest += argv[i : i + 2]
-            i += 2
-            continue
-        if word in _BOOL_FLAGS and i + 1 < len(argv) and argv[i + 1].lower() in _BOOL_WORDS:
-            rest += argv[i : i + 2]
-            i += 2
-            continue
-        if word == "--paths":
-            pass
-        elif word.startswith("-"):
-            rest.append(word)
-            known = word.split("=", 1)[0] in {*_VALUE_FLAGS, *_BOOL_FLAGS, "-h", "--help"}
-            if not known and "=" not in word and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-                rest.append(argv[i + 1])  # an unknown flag keeps its value: argparse reports both
-                i += 1
-        else:
-            paths.append(word)
-        i += 1
-    return (["--paths", *paths] if paths else []) + rest
+    return bare_words_as_flag(argv, "--paths", _VALUE_FLAGS, _BOOL_FLAGS)
 
 
 def default_output_dir(paths: list[str]) -> Path:
