@@ -60,17 +60,23 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 def _from_counts(counts: np.ndarray) -> dict[str, np.ndarray]:
     """sF1, Q-F1, BA and typed macro-F1 of summed `question_counts` `(..., 19)` (F1 = 2tp / (2tp + fp + fn), BA =
-    the mean of the rates of the classes present), each of shape `counts.shape[:-1]`."""
+    the mean of the rates of the classes present), each of shape `counts.shape[:-1]`. sF1 and Q-F1 are NaN where
+    2tp + fp + fn = 0 (a resample without any gold or predicted gap: undefined, so `bootstrap_interval` leaves it
+    out); typed macro-F1 keeps `compute_metrics`' 0 for an absent label, so the interval brackets the point value."""
     c = np.moveaxis(np.asarray(counts), -1, 0)
 
     def f1(tp, fp, fn):
         return _ratio(2 * tp, 2 * tp + fp + fn)
 
+    def f1_or_nan(tp, fp, fn):  # a resample with no gold and no predicted gap has no F1: left out, not scored 0
+        den = np.asarray(2 * tp + fp + fn, dtype=np.float64)
+        return np.where(den > 0, f1(tp, fp, fn), np.nan)
+
     pos, neg = c[0] + c[2], c[3] + c[1]
     typed = sum(f1(c[7 + 3 * k], c[8 + 3 * k], c[9 + 3 * k]) for k in range(len(TYPED_LABELS)))
     return {
-        "sF1": f1(c[0], c[1], c[2]),
-        "Q-F1": f1(c[4], c[5], c[6]),
+        "sF1": f1_or_nan(c[0], c[1], c[2]),
+        "Q-F1": f1_or_nan(c[4], c[5], c[6]),
         "BA": _ratio(_ratio(c[0], pos) + _ratio(c[3], neg), (pos > 0).astype(int) + (neg > 0).astype(int)),
         "typed_macro_f1": typed / len(TYPED_LABELS),
     }
@@ -97,7 +103,8 @@ def metric_intervals(
         resamples, confidence, seed: as `bootstrap_interval`.
 
     Returns:
-        {metric: [low, high]} (fractions, like `compute_metrics`).
+        {metric: [low, high]} (fractions, like `compute_metrics`); a metric undefined on every resample (sF1 or
+        Q-F1 where no question has a gold or a predicted gap) is left out.
 
     Raises:
         ValueError: no prediction, no question, mismatched shapes or an unknown gold label, or a bad `resamples` /
@@ -114,10 +121,18 @@ def metric_intervals(
             memo[key] = {k: float(v.mean()) for k, v in _from_counts(counts[:, idx].sum(axis=1)).items()}
         return memo[key]
 
+    if len(gold) == 0:
+        raise ValueError("metric_intervals: no items to resample (no questions)")
     out = {}
     for name in CI_METRICS:
-        low, high = bootstrap_interval(
-            len(gold), lambda idx, name=name: scalars(idx)[name], resamples=resamples, confidence=confidence, seed=seed
-        )
+        try:
+            low, high = bootstrap_interval(
+                len(gold), lambda idx, name=name: scalars(idx)[name], resamples=resamples, confidence=confidence,
+                seed=seed,
+            )  # fmt: skip
+        except ValueError as error:
+            if "not finite" not in str(error):
+                raise
+            continue  # undefined on every resample (sF1 / Q-F1 of a set without any gap): no interval
         out[name] = [low, high]
     return out

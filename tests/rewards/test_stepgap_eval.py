@@ -185,9 +185,13 @@ def test_metric_intervals_edge_cases():
     # one question: no variation, the interval is the value (sF1 of [CC, NONE] vs [CC, CC]: P 1/2, R 1 -> 2/3)
     one = ev.metric_intervals([["CC", "NONE"]], [[["CC", "CC"]]])
     assert one["sF1"] == pytest.approx([2 / 3, 2 / 3]) and one["BA"] == pytest.approx([0.5, 0.5])
-    # all-NONE on gap-free questions: every resample has sF1 0 (no positive) and BA 1 (TNR only); never NaN
+    # all-NONE on gap-free questions: sF1 and Q-F1 are undefined on every resample (no gold, no predicted gap):
+    # no interval, never NaN; BA 1 (TNR only)
     clean = ev.metric_intervals([["NONE"], ["NONE", "NONE"]], [[["NONE"], ["NONE", "NONE"]]], resamples=20)
-    assert clean["sF1"] == [0.0, 0.0] and clean["BA"] == [1.0, 1.0] and clean["typed_macro_f1"] == [0.25, 0.25]
+    assert clean == {"BA": [1.0, 1.0], "typed_macro_f1": [0.25, 0.25]}
+    # one gap-free question among gapped ones: resamples of it alone are left out, not scored 0
+    mixed = ev.metric_intervals([["NONE"], ["CC"]], [[["NONE"], ["CC"]]], resamples=200)
+    assert mixed["sF1"] == [1.0, 1.0]
     with pytest.raises(ValueError, match="no predictions"):
         ev.metric_intervals(GOLD, [])
     with pytest.raises(ValueError, match="no items"):
