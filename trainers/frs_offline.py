@@ -24,6 +24,7 @@ is `transformers serve` (which ignores the schema); `judge: none` skips judging 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -34,15 +35,21 @@ from procrl.generation import SamplingParams
 from procrl.judges import judge_options, open_judge
 from procrl.rewards.frs import FRSConfig, compute_frs
 from procrl.rewards.frs.intervals import accuracy_key, frs_intervals, frs_key
-from procrl.trainers.frs_traces import generate_traces_resumable
-from procrl.trainers.offline import OfflineSamplingConfig, load_setup
-from procrl.utils import json_safe
+from procrl.trainers.frs_traces import generate_traces_resumable, select_traces
+from procrl.trainers.offline import OfflineSamplingConfig, load_rows, load_setup
+from procrl.trainers.selection import cache_paths
+from procrl.utils import get_logger, json_safe
 
-__all__ = ["OfflineFRSConfig", "plot_frs", "run_frs"]
+logger = get_logger(__name__)
+
+__all__ = ["OfflineFRSConfig", "plot_frs", "run_frs", "with_select_settings"]
 
 # the settings that make two runs' traces the same (the first line of traces.jsonl)
 TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "n", "temperature", "top_p", "top_k",
                   "max_new_tokens", "batch_size", "seed")  # fmt: skip
+# the settings a `--traces-from` select report gives the run (its policy, data slice and sampling)
+SELECT_SETTINGS = ("model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p",
+                   "max_new_tokens", "batch_size", "seed", "generation_backend")  # fmt: skip
 
 
 @dataclass
@@ -111,6 +118,14 @@ class OfflineFRSConfig(OfflineSamplingConfig):
             "selection gain (no extra judging); 0 = no intervals"
         },
     )
+    traces_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "a `procrl select` report (JSON, its <stem>.samples.jsonl next to it): its samples are the traces "
+            "(no sampling; model, data slice, sampling settings and seed come from the report), so best-of-N and "
+            "FRS share one sample set"
+        },
+    )
     output_dir: str = field(default="outputs/frs", metadata={"help": "where frs.json and frs.png go"})
 
     def __post_init__(self) -> None:
@@ -160,27 +175,35 @@ def run_frs(args: OfflineFRSConfig) -> dict:
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    setup = load_setup(args)  # the problems and the policy's float32 rollout engine
-    dataset, engine = setup.dataset, setup.engine
-    params = SamplingParams(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens
-    )
-    t_gen = time.perf_counter()
-    traces = generate_traces_resumable(
-        out / "traces.jsonl",
-        {key: getattr(args, key) for key in TRACE_SETTINGS},
-        engine,
-        dataset,
-        n_traces=args.n,
-        params=params,
-        batch_size=args.batch_size,
-        tail_fraction=config.tail_fraction,
-        seed=args.seed,
-        progress=not args.no_progress,
-    )
+    if args.traces_from:
+        args = with_select_settings(args)
+        t_gen = time.perf_counter()
+        dataset = load_rows(args)
+        traces = select_traces(args.traces_from, dataset, tail_fraction=config.tail_fraction)
+        with cache_paths(args.traces_from)[0].open() as handle:  # select_traces has read it: it exists
+            traces_engine = json.loads(handle.readline()).get("settings", {}).get("engine")
+    else:
+        setup = load_setup(args)  # the problems and the policy's float32 rollout engine
+        dataset, engine = setup.dataset, setup.engine
+        params = SamplingParams(
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens
+        )
+        t_gen = time.perf_counter()
+        traces = generate_traces_resumable(
+            out / "traces.jsonl",
+            {key: getattr(args, key) for key in TRACE_SETTINGS},
+            engine,
+            dataset,
+            n_traces=args.n,
+            params=params,
+            batch_size=args.batch_size,
+            tail_fraction=config.tail_fraction,
+            seed=args.seed,
+            progress=not args.no_progress,
+        )
+        traces_engine = engine.cache_key()
+        del engine, setup  # free the memory before a local judge server loads its own copy
     generation_s = time.perf_counter() - t_gen
-    traces_engine = engine.cache_key()
-    del engine, setup  # free the memory before a local judge server loads its own copy
 
     t_judge = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -216,6 +239,7 @@ def run_frs(args: OfflineFRSConfig) -> dict:
             "prompt_template": args.prompt_template,
             "generation_backend": args.generation_backend,
             "engine": traces_engine,
+            "traces_from": args.traces_from,
             "frs": asdict(config),
         },
         "report": report.to_dict(),
@@ -237,6 +261,25 @@ def run_frs(args: OfflineFRSConfig) -> dict:
     plot_frs(report, traces, out / "frs.png", title=title, intervals=bootstrap["intervals"])
     result["paths"] = {"json": str(out / "frs.json"), "plot": str(out / "frs.png")}
     return result
+
+
+def with_select_settings(args: OfflineFRSConfig) -> OfflineFRSConfig:
+    """`args` with the policy, data slice, sampling settings and seed of its `traces_from` select report
+    (`SELECT_SETTINGS`; top-k off, as `procrl select` samples); settings the flags gave otherwise are logged.
+
+    Raises:
+        ValueError: the report is unreadable or has no `settings` (not a `procrl select` report).
+    """
+    try:
+        settings = json.loads(Path(args.traces_from).read_text())["settings"]
+        changes = {key: settings[key] for key in SELECT_SETTINGS if key in settings}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--traces-from {args.traces_from}: not a readable `procrl select` report ({err})") from None
+    changes["top_k"] = 0
+    for key, value in changes.items():
+        if getattr(args, key) != value:
+            logger.info("frs: %s = %r from --traces-from (not %r)", key, value, getattr(args, key))
+    return dataclasses.replace(args, **changes)
 
 
 def plot_frs(report, traces, path: str | Path, title: str = "", intervals: dict | None = None) -> Path:

@@ -32,11 +32,12 @@ from procrl.generation import (
 )
 from procrl.rewards.frs import Trace, tail_confidence_from_logps
 from procrl.rewards.outcome import is_correct
+from procrl.trainers.selection import cache_paths
 from procrl.utils import get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
 
-__all__ = ["engine_traces", "generate_traces", "generate_traces_resumable"]
+__all__ = ["engine_traces", "generate_traces", "generate_traces_resumable", "select_traces"]
 
 
 def generate_traces(
@@ -230,4 +231,68 @@ def generate_traces_resumable(
         traces.extend(new)
         bar.update(len(new))
     bar.close()
+    return traces
+
+
+def select_traces(
+    report_path: str | Path, rows: Sequence[dict[str, Any]], *, tail_fraction: float = 0.1
+) -> list[Trace]:
+    """The samples of a `procrl select` report as FRS traces, so one sample set serves best-of-N and FRS.
+
+    Each candidate of the report (problem-major, in sampling order) becomes a `Trace`: its text and token count from
+    the report, its tail confidence from the sampler's raw (T = 1) log-probs in the report's samples file
+    (`<report stem>.samples.jsonl` next to the report, the same log-probs `engine_traces` uses) and its correctness
+    from `is_correct` against `rows`' `answer` (the check `procrl select` makes).
+
+    Args:
+        report_path: the select report (JSON) whose samples file sits next to it.
+        rows: the report's problems in procrl's data schema, in the report's order (`question` or `prompt` is the
+            problem text the judge sees; `answer` the gold).
+        tail_fraction: FRS tail share (0.1).
+
+    Returns:
+        `len(rows) * n` traces, problem by problem.
+
+    Raises:
+        ValueError: the file is not a select report, its samples file is missing or holds another number of samples,
+            or the report's problems do not match `rows` (count or `problem_id`).
+    """
+    report_path = Path(report_path)
+    try:
+        report = json.loads(report_path.read_text())
+        problems = report["problems"]
+        candidates = [c for p in problems for c in p["candidates"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--traces-from {report_path}: not a readable `procrl select` report ({err})") from None
+    if len(problems) != len(rows):
+        raise ValueError(
+            f"--traces-from {report_path} holds {len(problems)} problems but the data slice has {len(rows)}; "
+            "give the report's dataset, start and end"
+        )
+    for i, (problem, row) in enumerate(zip(problems, rows, strict=True)):
+        wanted = str(row.get("problem_id") or f"row/{i}")
+        if row.get("problem_id") is not None and str(problem.get("problem_id")) != wanted:
+            raise ValueError(
+                f"--traces-from {report_path}: problem {i} is {problem.get('problem_id')!r}, the data slice's is "
+                f"{wanted!r}; give the report's dataset, start and end"
+            )
+    samples_path, _ = cache_paths(report_path)
+    try:
+        lines = samples_path.read_text().splitlines()[1:]
+        logps = [json.loads(line)["logps"] for line in lines]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"--traces-from {report_path}: its samples file {samples_path} is missing or unreadable ({err}); "
+            "rerun procrl select to write it"
+        ) from None
+    if len(logps) != len(candidates):
+        raise ValueError(
+            f"--traces-from {report_path}: {samples_path} holds {len(logps)} samples, the report {len(candidates)} "
+            "candidates; rerun procrl select"
+        )
+    traces, k = [], 0
+    for i, (problem, row) in enumerate(zip(problems, rows, strict=True)):
+        for candidate in problem["candidates"]:
+            traces.append(_trace(i, row, candidate["text"], logps[k], int(candidate["num_tokens"]), tail_fraction))
+            k += 1
     return traces

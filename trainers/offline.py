@@ -46,6 +46,7 @@ __all__ = [
     "accuracy",
     "format_accuracy_table",
     "load_pum",
+    "load_rows",
     "load_setup",
     "sampling_params",
     "write_report",
@@ -163,6 +164,19 @@ class Setup:
         return self._model
 
 
+def load_rows(config: OfflineSamplingConfig) -> list[dict]:
+    """The problems `[start, end)` of `config.dataset` (end < 0: all) in procrl's data schema, prompts rendered
+    with `config.prompt_template` (`procrl.data_builders.datasets.load_math_dataset`)."""
+    dataset = load_math_dataset(
+        config.dataset,
+        split=config.split,
+        start=config.start,
+        end=None if config.end is not None and config.end < 0 else config.end,
+        prompt_template=resolve_template(config.prompt_template),
+    )
+    return [dict(row) for row in dataset]
+
+
 def load_setup(config: OfflineSamplingConfig) -> Setup:
     """Load the data slice `[start, end)` (end < 0: all), the policy's rollout engine (float32; `make_engine` with
     `config.generation_backend`, on `device`, or cuda if available, for transformers; vLLM's platform for vLLM) and
@@ -173,14 +187,7 @@ def load_setup(config: OfflineSamplingConfig) -> Setup:
         ImportError: `generation_backend="vllm"` and vLLM cannot be imported (the message says how to fix it).
         ValueError: a vLLM build that cannot run on `device`.
     """
-    dataset = load_math_dataset(
-        config.dataset,
-        split=config.split,
-        start=config.start,
-        end=None if config.end is not None and config.end < 0 else config.end,
-        prompt_template=resolve_template(config.prompt_template),
-    )
-    rows = [dict(row) for row in dataset]
+    rows = load_rows(config)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model(config.model)
     model_key = f"{Path(str(path)).resolve() if Path(str(path)).exists() else path}:{weights_fingerprint(path)}"

@@ -21,7 +21,7 @@ FRS_DEFAULTS = {
     "temperature": 0.7, "top_p": 1.0, "max_new_tokens": 256, "batch_size": 32, "seed": 0, "device": None,
     "generation_backend": "auto", "vllm_kv_cache_gib": None, "no_progress": False, "n": 16, "k": 10, "k_values": "10,20,30,40,50", "judge": "local", "judge_concurrency": 8,
     "judge_max_tokens": 96, "judge_timeout": 600, "judge_cache_dir": None, "judge_sees_correctness": True, "estimator": "topk", "n_bins": 10,
-    "max_per_bin": 50, "random_baseline": "sample", "top_k": 0, "bootstrap_resamples": 1000, "output_dir": "outputs/frs",
+    "max_per_bin": 50, "random_baseline": "sample", "top_k": 0, "bootstrap_resamples": 1000, "traces_from": None, "output_dir": "outputs/frs",
 }  # fmt: skip
 
 
