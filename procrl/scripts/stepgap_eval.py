@@ -19,7 +19,7 @@ a constant). Every row but the paper's shows `value [low, high]`: the 95% percen
 (`--bootstrap-resamples`, default 1000, the same resamples for every row, seeded by `--seed`; 0 = no intervals;
 `procrl.rewards.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of metrics.json.
 Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same table in
-Markdown), `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only`
+Markdown), `metrics.png` (each metric of every row with its interval, `plot_metrics`), `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only`
 each LLM-only row's label and the raw reply to the full LLM-only prompt) and the run record `run.json`
 (`procrl.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
 precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
@@ -49,6 +49,7 @@ from procrl.rewards.stepgap.evaluate import (
     format_markdown,
     format_table,
     load_annotated,
+    plot_metrics,
 )
 from procrl.rewards.stepgap.llm_only import LLMOnlyVerifier
 from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
@@ -269,6 +270,8 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
     (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     notes = "".join(f"\n{note}\n" for note in table_notes(args))
     (out_dir / "table.md").write_text(format_markdown(rows) + "\n" + notes, encoding="utf-8")
+    title = f"StepGap verifier on {summary['n_steps']} steps of {len(data)} questions (judge {args.judge})"
+    plot_metrics(rows, out_dir / "metrics.png", title=title)
     llm = report.get("llm_only")
     with open(out_dir / "labels.jsonl", "w", encoding="utf-8") as handle:
         for q, ((trace, gold), row, checks) in enumerate(zip(data, report["labels"], report["checks"], strict=True)):

@@ -238,6 +238,7 @@ def test_main_llm_only_rows_end_to_end(tmp_path, monkeypatch, capsys):
         assert f"| {name} | 100.0 [100.0, 100.0] |" in table and f"\n{name} " in printed
     assert "Q-F1 inflation check" in table and "Q-F1 inflation check" in printed
     assert "95% percentile bootstrap interval over questions (40 resamples" in table
+    assert (out / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = [json.loads(x) for x in (out / "labels.jsonl").read_text().splitlines()]
     assert [x["llm_only"]["LLM-only"] for x in lines] == [g for row in gold for g in row]
     assert json.loads(lines[0]["llm_only_raw"])["label"] == gold[0][0]

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 17's comparisons (docs/results/README.md): each section samples or judges into outputs/results/ (cached, so
+# a rerun or a resumed run redoes nothing finished) and copies its table, plot and run.json into docs/results/<name>/.
+#   launch/results.sh bestofn   # PiCSAR and PUM best-of-N: procrl select once per policy, procrl bestofn per table
+#   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs-compare
+#   launch/results.sh stepgap   # StepGap decomposability: procrl stepgap-eval --llm-only on the shipped 2Wiki steps
+#   launch/results.sh all       # the three, in this order (frs needs bestofn's samples)
+# Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (README "PUM").
+# What docs/results/README.md publishes is the default: SmolLM2 as the policy. The issue's second policy and the
+# decoupled evaluator are one variable away (not run here: too slow for 2 CPU cores, see the page):
+#   POLICIES="smollm2=default gemma3-270m=gemma3-270m" DECOUPLED=1 FRS_JUDGES="local local:gemma3-270m" \
+#     launch/results.sh all
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROCRL=${PROCRL:-.venv/bin/procrl}
+[ -x "$PROCRL" ] || PROCRL=procrl
+OUT=outputs/results
+DOCS=docs/results
+POLICIES=${POLICIES:-"smollm2=default"}   # name=model (procrl's model names), space-separated
+DECOUPLED=${DECOUPLED:-0}                 # 1: also PiCSAR with the other model as the answer evaluator
+FRS_JUDGES=${FRS_JUDGES:-local}           # judges of the SVAMP FRS runs (GSM8K: always both embedded judges)
+
+other_of() { if [ "$1" = default ]; then echo gemma3-270m; else echo default; fi; }
+name_of() { if [ "$1" = default ]; then echo smollm2; else echo "$1"; fi; }
+
+keep() {  # keep DIR FILE...: copy the small outputs into docs/results/DIR
+  local dir=$DOCS/$1; shift
+  mkdir -p "$dir"
+  cp "$@" "$dir/"
+}
+
+bestofn() {
+  mkdir -p $OUT/bestofn
+  for entry in $POLICIES; do
+    name=${entry%%=*}; model=${entry#*=}; other=$(other_of "$model"); oname=$(name_of "$other")
+    report=$OUT/bestofn/svamp_$name.json
+    $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --output "$report"
+    # PiCSAR's decoupling: the other model teacher-forces the answer term over the SAME samples (the samples key
+    # ignores the evaluator, so a copy of the samples file is read, not resampled)
+    $PROCRL bestofn "$report" --ks 1,2,4,6,8,16 --output-dir $OUT/bestofn/picsar_$name
+    keep picsar/$name $OUT/bestofn/picsar_$name/{table.md,curves.png,run.json,bestofn.json}
+    if [ "$DECOUPLED" = 1 ]; then
+      decoupled=$OUT/bestofn/svamp_${name}_answer_by_$oname.json
+      cp "${report%.json}.samples.jsonl" "${decoupled%.json}.samples.jsonl"
+      $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --greedy false \
+        --scorer picsar,picsar_reasoning,picsar_answer --picsar_evaluator "$other" --output "$decoupled"
+      $PROCRL bestofn "$decoupled" --ks 1,2,4,6,8,16 --output-dir $OUT/bestofn/picsar_${name}_answer_by_$oname
+      keep picsar/${name}_answer_by_$oname \
+        $OUT/bestofn/picsar_${name}_answer_by_$oname/{table.md,curves.png,run.json,bestofn.json}
+    fi
+    $PROCRL bestofn "$report" --ks 4,8,16 --output-dir $OUT/bestofn/pum_$name
+    keep pum_bestofn/$name $OUT/bestofn/pum_$name/{table.md,curves.png,run.json,bestofn.json}
+  done
+}
+
+frs() {
+  mkdir -p $OUT/frs
+  for judge in local local:gemma3-270m; do
+    jname=$([ "$judge" = local ] && echo smollm2 || echo gemma3-270m)
+    reports=()
+    case " $FRS_JUDGES " in
+      *" $judge "*)
+        for entry in $POLICIES; do
+          name=${entry%%=*}
+          $PROCRL frs --traces-from $OUT/bestofn/svamp_$name.json --judge "$judge" --k_values 10,20,30 \
+            --output-dir $OUT/frs/svamp_${name}_judge_$jname
+          reports+=($OUT/frs/svamp_${name}_judge_$jname/frs.json)
+        done ;;
+    esac
+    # GSM8K test 0-50, 16 traces of 256 tokens (traces.jsonl resumes; ~47 min of sampling here when absent)
+    $PROCRL frs --model default --dataset gsm8k --start 0 --end 50 --n 16 --judge "$judge" --k_values 10,20,30 \
+      --output-dir $OUT/frs/gsm8k_smollm2_judge_$jname
+    reports+=($OUT/frs/gsm8k_smollm2_judge_$jname/frs.json)
+    $PROCRL frs-compare "${reports[@]}" --k 10 --output-dir $OUT/frs/compare_judge_$jname
+    keep frs/judge_$jname $OUT/frs/compare_judge_$jname/*
+    for report in "${reports[@]}"; do  # each run's FRS@K curve, named after its folder
+      run=$(basename "$(dirname "$report")")
+      cp "$(dirname "$report")/frs.png" "$DOCS/frs/judge_$jname/${run%_judge_*}.png"
+    done
+  done
+}
+
+stepgap() {
+  $PROCRL stepgap-eval --llm-only --bootstrap-resamples 1000 --output-dir $OUT/stepgap_decomposability
+  keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,metrics.json,run.json}
+}
+
+case "${1:-}" in
+  bestofn|frs|stepgap) "$1" ;;
+  all) bestofn; frs; stepgap ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all" >&2; exit 2 ;;
+esac
