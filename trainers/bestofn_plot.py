@@ -64,9 +64,11 @@ def plot_bestofn(result: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for method, points in result["curves"].items():
+    colors = plt.get_cmap("tab20").colors  # 20 distinct colours: a dozen methods never share one
+    for i, (method, points) in enumerate(result["curves"].items()):
         ks = [p["k"] for p in points]
-        line = ax.plot(ks, [100 * p["accuracy"] for p in points], marker="o", markersize=3, label=method)[0]
+        style = {"linestyle": "--", "color": "black"} if method == "pass@k" else {"color": colors[2 * i % 20 + i // 10]}
+        line = ax.plot(ks, [100 * p["accuracy"] for p in points], marker="o", markersize=3, label=method, **style)[0]
         low, high = [100 * p["ci_low"] for p in points], [100 * p["ci_high"] for p in points]
         ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     ks = result["settings"]["ks"]
