@@ -14,6 +14,7 @@ mean one by one, marked ("0.500; s2 (failed) 0.300"). Variant names: `group_vari
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import statistics
@@ -28,6 +29,7 @@ from procrl.sweeps import variant_name
 from procrl.utils import get_logger
 
 __all__ = [
+    "metric_columns",
     "CURVE_PANELS",
     "MISSING",
     "Variant",
@@ -181,13 +183,31 @@ def _clashes(groups: list[Variant]) -> list[list[Variant]]:
 # ----------------------------------------------------------------------------------------------------------------------
 
 
-def format_table(variants: Sequence[Variant], metric: dict[str, str] | None = None) -> str:
+def metric_columns(variants: Sequence[Variant], patterns: Sequence[str]) -> list[str]:
+    """The recorded metric keys (`metrics` of some run) that match one of the shell-style `patterns`
+    (`fnmatch`, e.g. "bestofn/*/acc@16"), in pattern order, sorted within a pattern, each once.
+
+    >>> runs = [{"metrics": {"bestofn/picsar/acc@16": 0.1, "bestofn/random/acc@16": 0.2, "frs/score": 3.0}}]
+    >>> metric_columns([Variant("v", {}, runs)], ["bestofn/*/acc@16", "frs/*"])
+    ['bestofn/picsar/acc@16', 'bestofn/random/acc@16', 'frs/score']
+    """
+    keys = sorted({k for v in variants for r in v.runs for k in (r.get("metrics") or {})})
+    chosen: list[str] = []
+    for pattern in patterns:
+        chosen += [k for k in keys if fnmatch.fnmatchcase(k, pattern) and k not in chosen]
+    return chosen
+
+
+def format_table(
+    variants: Sequence[Variant], metric: dict[str, str] | None = None, extra_metrics: Sequence[str] = ()
+) -> str:
     """A markdown table, one row per variant: status, seeds, task accuracy (mean ± std over seeds, then each seed's
     value with its Wilson 95% interval), accuracy before training, reward, completion length, FRS and every
     `hacking/...` key that some run has, and wall time. Means and stds are over the finished runs; an unfinished
     run's value follows, marked with its status ("0.500; s2 (running) 0.200"). With a sweep `metric` the rows are
     sorted by its mean over finished runs (best first; variants without one last) and the best value is bold; a
-    metric that is no column gets one."""
+    metric that is no column gets one. `extra_metrics`: shell-style patterns of more metric keys to show, each
+    matching key a column (`metric_columns`; e.g. the results commands' `bestofn/*/acc@16`, `frs/*`)."""
     keys_present = {k for v in variants for r in v.runs for k in (r.get("metrics") or {})}
     columns = [
         ("task/accuracy", "task accuracy (mean ± std)", 3),
@@ -195,6 +215,7 @@ def format_table(variants: Sequence[Variant], metric: dict[str, str] | None = No
         *[c for c in FRS_KEYS if c[0] in keys_present],
         *[(k, k, 3) for k in sorted(keys_present) if k.startswith("hacking/")],
     ]
+    columns += [(k, k, 3) for k in metric_columns(variants, extra_metrics) if k not in {c[0] for c in columns}]
     if metric and metric["name"] not in {c[0] for c in columns}:
         columns.append((metric["name"], metric["name"], 3))
     if metric:
@@ -219,7 +240,11 @@ def format_table(variants: Sequence[Variant], metric: dict[str, str] | None = No
 
 
 def format_report(
-    variants: Sequence[Variant], title: str, metric: dict[str, str] | None = None, plot: str | None = None
+    variants: Sequence[Variant],
+    title: str,
+    metric: dict[str, str] | None = None,
+    plot: str | None = None,
+    extra_metrics: Sequence[str] = (),
 ) -> str:
     """The markdown report: the title, how to read the numbers, `format_table`, the plot (a relative file name) and
     one line per run (variant, seed, status, wall time, commit, directory)."""
@@ -236,7 +261,7 @@ def format_report(
     ]
     if metric:
         lines += ["", f"Sorted by `{metric['name']}` ({metric.get('goal') or 'minimize'}), the best in bold."]
-    lines += ["", format_table(variants, metric)]
+    lines += ["", format_table(variants, metric, extra_metrics)]
     if plot:
         lines += [
             "",

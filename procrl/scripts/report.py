@@ -4,6 +4,7 @@
     procrl report outputs/grpo_a outputs/grpo_b --output-dir report --title "PiCSAR vs outcome"
     procrl report wandb/offline-run-20261201_200000-abcd1234      # an offline wandb run (its .wandb file is read)
     procrl report runs/sweeps/x --finished-only                   # leave out runs that did not finish
+    procrl report docs/results/picsar --metrics 'bestofn/*/acc@16,bestofn/*/auroc'   # a results folder's metrics
     python -m procrl.scripts.report --config report.yaml          # a YAML of these fields; flags override it
 
 Reads each run's `run.json` (written by every procrl command, `procrl.tracking`) and offline wandb runs
@@ -13,7 +14,7 @@ one directory is given, else ./report):
 
 - `report.md`: one row per variant: status, seeds, final task accuracy as mean ± sample std over seeds, each seed's
   accuracy with its Wilson 95% interval (`task/correct` of `task/n`), accuracy before training, reward, completion
-  length, FRS where measured, every `hacking/...` monitor, wall time; "–" = not measured. With the sweep's `metric`
+  length, FRS where measured, every `hacking/...` monitor, the `--metrics` keys, wall time; "–" = not measured. With the sweep's `metric`
   (`sweep.json`) the rows are sorted by it and the best is bold. Then one line per run (seed, status, commit).
 - `curves.png`: task accuracy, reward, completion length and the reward-accuracy correlation against the training
   step, a line per variant (mean over seeds), the band min-max over seeds; "not logged" where no run has the key.
@@ -46,7 +47,7 @@ __all__ = ["ReportArguments", "main", "make_parser", "paths_as_flag"]
 
 PROG = "procrl report"
 REPORT_FILE, PLOT_FILE = "report.md", "curves.png"
-_VALUE_FLAGS = ("--output_dir", "--output-dir", "--title", "--config")  # their next word is their value
+_VALUE_FLAGS = ("--output_dir", "--output-dir", "--title", "--config", "--metrics")  # their next word is their value
 _BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
 
 
@@ -68,6 +69,18 @@ class ReportArguments:
     finished_only: bool = field(
         default=False, metadata={"help": "leave out runs whose run.json status is not 'finished'"}
     )
+    metrics: str = field(
+        default="",
+        metadata={
+            "help": "more metric keys to show: comma-separated shell-style patterns, each matching key a column "
+            "(e.g. 'bestofn/*/acc@16,bestofn/*/auroc' for docs/results/picsar, 'frs/*' for an FRS run)"
+        },
+    )
+
+    @property
+    def metric_patterns(self) -> list[str]:
+        """`metrics` as a list of patterns ("a/*,b" -> ["a/*", "b"]; empty items dropped)."""
+        return [p.strip() for p in self.metrics.split(",") if p.strip()]
 
     def __post_init__(self) -> None:
         if not self.paths:
@@ -127,8 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     title = args.title or "Run report: " + ", ".join(Path(p).name or p for p in args.paths)
     plot = plot_curves(variants, output_dir / PLOT_FILE, title)
     report = output_dir / REPORT_FILE
-    report.write_text(format_report(variants, title, metric, plot=PLOT_FILE))
-    print(format_table(variants, metric))
+    report.write_text(format_report(variants, title, metric, plot=PLOT_FILE, extra_metrics=args.metric_patterns))
+    print(format_table(variants, metric, args.metric_patterns))
     print(f"report: {report}\nplots: {plot}")
     return 0
 

@@ -20,6 +20,7 @@ from procrl.run_report import (
     format_table,
     group_variants,
     mean_std,
+    metric_columns,
     plot_curves,
     series,
     wilson_interval,
@@ -190,6 +191,24 @@ def test_table_mean_std_wilson_and_missing_values():
     assert pum["task accuracy (mean ± std)"] == MISSING and pum["accuracy per seed [Wilson 95%]"] == f"s1 {MISSING}"
     assert pum["reward"] == "0.000" and pum["wall time (s)"] == MISSING
     assert "FRS" not in outcome  # no run measured FRS: no column
+
+
+def test_extra_metric_patterns_add_one_column_per_matching_key():
+    """`--metrics` patterns (a results folder's bestofn keys): each matching key once, in pattern order; a run
+    without the key shows "–"."""
+    runs = [
+        _run("a", metrics={"bestofn/picsar/acc@16": 0.125, "bestofn/random/acc@16": 0.25, "bestofn/pum/auroc": 0.5}),
+        _run("b", metrics={"bestofn/picsar/acc@16": 0.0}),
+    ]
+    variants = group_variants(runs)
+    patterns = ["bestofn/*/acc@16", "bestofn/picsar/*", "bestofn/*/auroc", "no/such/*"]
+    assert metric_columns(variants, patterns) == [
+        "bestofn/picsar/acc@16", "bestofn/random/acc@16", "bestofn/pum/auroc",
+    ]  # fmt: skip
+    rows = table_rows(format_table(variants, extra_metrics=patterns))
+    assert [r["bestofn/random/acc@16"] for r in rows] == ["0.250", MISSING]
+    assert [r["bestofn/picsar/acc@16"] for r in rows] == ["0.125", "0.000"] and "no/such/*" not in rows[0]
+    assert "bestofn/pum/auroc" not in table_rows(format_table(variants))[0]  # without patterns: no such column
 
 
 def test_table_counts_seeds_that_lack_a_value_and_accuracy_without_counts():
