@@ -71,8 +71,6 @@ class StepRewardFunc(Protocol):
     ) -> list[StepRewards | None]: ...
 
 
-
-
 def aggregate_step_values(values: Sequence[float], how: str) -> float:
     """One number from a completion's per-step values: `last`, `min`, `mean` or `sum` over the K steps.
 

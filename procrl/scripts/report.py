@@ -33,7 +33,8 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.run_records import load_runs, sweep_metric
-from procrl.run_report import format_report, format_table, group_variants, plot_curves
+from procrl.run_report import format_report, format_table, group_variants
+from procrl.run_report_plot import plot_curves
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,

@@ -19,8 +19,9 @@ a constant). Every row but the paper's shows `value [low, high]`: the 95% percen
 (`--bootstrap-resamples`, default 1000, the same resamples for every row, seeded by `--seed`; 0 = no intervals;
 `procrl.rewards.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of metrics.json.
 Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same table in
-Markdown), `metrics.png` (each metric of every row with its interval, `plot_metrics`), `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only`
-each LLM-only row's label and the raw reply to the full LLM-only prompt) and the run record `run.json`
+Markdown), `metrics.png` (each metric of every row with its interval, `procrl.rewards.stepgap.plot`),
+`labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only` each
+LLM-only row's label and the raw reply to the full LLM-only prompt) and the run record `run.json`
 (`procrl.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
 precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
 `stepgap/label_distribution/<label>`, the counts and `stepgap/judge_unscored`; also to wandb with `--report-to wandb`)
@@ -49,10 +50,10 @@ from procrl.rewards.stepgap.evaluate import (
     format_markdown,
     format_table,
     load_annotated,
-    plot_metrics,
 )
 from procrl.rewards.stepgap.llm_only import LLMOnlyVerifier
 from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
+from procrl.rewards.stepgap.plot import plot_metrics
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 from procrl.tracking import REPORT_TO_HELP, TrackingArguments, numeric_metrics, track_run

@@ -21,10 +21,9 @@ from procrl.run_report import (
     group_variants,
     mean_std,
     metric_columns,
-    plot_curves,
-    series,
     wilson_interval,
 )
+from procrl.run_report_plot import plot_curves, series
 from procrl.trainers.evaluation import wilson_interval as trainer_wilson_interval
 
 # ----------------------------------------------------------------------------------------------------------------------
