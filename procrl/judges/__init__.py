@@ -6,7 +6,7 @@ schema, and returns one `JudgeResult` per request, in order:
     results = judge.judge([messages_1, messages_2], MySchema)   # list[JudgeResult[MySchema]]
     results[0].value        # a validated MySchema, or None when unscored
     results[0].unscored     # why not: "timeout" | "http_<status>" | "connection" | "invalid_json" |
-                            #          "schema_mismatch" | "empty" | "error:<ExceptionName>"
+                            #          "duplicate_key" | "schema_mismatch" | "empty" | "error:<ExceptionName>"
 
 A failed judgement never raises: it is a typed "unscored" result, counted in `judge.stats`. Only bad arguments
 raise (`ValueError`).
@@ -26,18 +26,18 @@ Backends:
   `TransformersJudge` in this process where vLLM cannot be imported; `open_judge("serve:transformers")` is the
   `transformers serve` path.
 
-The modules, by job: `parse` (the first JSON object of a reply, validated against the schema), `cache` (one JSON
-file per validated judgement, keyed by `request_cache_key`), `base` (`JudgeResult`, `JudgeStats`, the `Judge`
-interface), `client`, `local`, `server` (the backends above) and `spec` (`open_judge`, one entry point for
-commands, and `judge_options`, the keywords a command's judge settings become). Until procrl 0.3,
-`procrl.rewards.judges` re-exports these names with a `DeprecationWarning`.
+The modules, by job: `parse` (the first JSON object of a reply, validated against the schema; a repeated key is
+"duplicate_key"), `cache` (one JSON file per validated judgement, keyed by `request_cache_key`), `base`
+(`JudgeResult`, `JudgeStats`, the `Judge` interface), `client`, `local`, `server` (the backends above) and `spec`
+(`open_judge`, one entry point for commands, and `judge_options`, the keywords a command's judge settings become).
+Until procrl 0.3, `procrl.rewards.judges` re-exports these names with a `DeprecationWarning`.
 """
 
 from procrl.judges.base import Judge, JudgeResult, JudgeStats
 from procrl.judges.cache import JudgeCache, request_cache_key
 from procrl.judges.client import DEFAULT_API_KEY_ENV, OpenAICompatibleJudge, list_server_models
 from procrl.judges.local import TransformersJudge
-from procrl.judges.parse import extract_json_object, parse_judgement
+from procrl.judges.parse import DuplicateKeyError, extract_json_object, parse_judgement
 from procrl.judges.server import JudgeServer
 from procrl.judges.spec import judge_options, open_judge
 
@@ -53,6 +53,7 @@ __all__ = [
     "request_cache_key",
     "extract_json_object",
     "parse_judgement",
+    "DuplicateKeyError",
     "JudgeCache",
     "list_server_models",
     "DEFAULT_API_KEY_ENV",

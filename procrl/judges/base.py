@@ -39,7 +39,7 @@ class JudgeResult(Generic[T]):
     Attributes:
         value: the validated pydantic object; None when unscored.
         unscored: the reason when `value` is None: "timeout", "http_<status>", "connection", "invalid_json",
-            "schema_mismatch", "empty" or "error:<ExceptionName>"; None when scored.
+            "duplicate_key", "schema_mismatch", "empty" or "error:<ExceptionName>"; None when scored.
         raw: the raw text of the final response (None when no response text arrived).
         cached: served from the on-disk cache (no request was sent).
         attempts: requests sent for this judgement (0 for a cache hit; 1 + retries otherwise).

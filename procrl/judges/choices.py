@@ -127,7 +127,8 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite JSON number {name}")
 
 
-# As in `procrl.judges.parse`: NaN/Infinity make an object invalid, so both modules pick the same first object.
+# As in `procrl.judges.parse`: NaN/Infinity make an object invalid (a repeated key does not), so both modules pick
+# the same first object.
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
@@ -139,8 +140,8 @@ def _skip_ws(text: str, i: int) -> int:
 
 def _object_spans(text: str, start: int) -> dict[str, tuple[int, int]] | None:
     """`{key: (value_start, value_end)}` (character offsets, end exclusive) of the top-level members of the JSON
-    object starting at `text[start] == "{"`; the last occurrence of a repeated key wins (as in `json.loads`). None
-    when the object is not valid JSON."""
+    object starting at `text[start] == "{"`; the last occurrence of a repeated key wins (as in `json.loads`; a
+    scored reply has none: `parse_judgement` makes it "duplicate_key"). None when the object is not valid JSON."""
     spans: dict[str, tuple[int, int]] = {}
     i = _skip_ws(text, start + 1)
     if text.startswith("}", i):

@@ -3,7 +3,8 @@
 An LLM judge (`procrl.judges`) gives faithfulness, utility, coherence and factuality, integers 1-5, given the
 problem, the trace, the gold answer and (unless `show_final_correct=False`, the flag ablation) {"final_correct":
 bool}; the rubric is ours (`RUBRIC`). The reply is validated strictly (`ReasoningJudgement`: `true`, `"3"`, `3.0`,
-`0`, `6`, a missing or an extra key are all `schema_mismatch`, never coerced into a score).
+`0`, `6`, a missing or an extra key are all `schema_mismatch`, never coerced into a score; a repeated key is
+`duplicate_key`, never scored by key order).
 
 Two reasoning scores, both in [0, 100]:
 

@@ -21,6 +21,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from procrl.judges import (
+    DuplicateKeyError,
     JudgeResult,
     JudgeServer,
     JudgeStats,
@@ -193,6 +194,9 @@ def make_judge(server: FaultServer, **kwargs) -> OpenAICompatibleJudge:
         ('{"score": 4', None),  # cut off by the token limit
         ('{"score": NaN}', None),  # non-finite numbers are rejected (never a NaN score)
         ('[{"score": 1}]', {"score": 1}),  # an array is not an object; its first object element is
+        ('{"score": 3, "note": {"score": 1}}', {"score": 3, "note": {"score": 1}}),  # one key in two objects: no repeat
+        # cut before its end, the outer object is none: the first complete one is {"k": 1}, before the repeat
+        ('{"w": {"k": 1}, "x": {"a": 1, "a": 2}, "y": ', {"k": 1}),
         ("no json here", None),
         ("", None),
     ],
@@ -202,11 +206,33 @@ def test_extract_json_object(text, expected):
 
 
 @pytest.mark.parametrize(
+    "text, key",
+    [
+        ('{"score": 1, "score": 5}', "score"),  # json.loads keeps the last: 5 ...
+        ('{"score": 5, "score": 1}', "score"),  # ... and 1 once swapped, so neither order is taken
+        ('{"a": {"score": 1, "score": 5}}', "score"),  # nested: the inner object repeats, the outer does not
+        ('{"a": [1, {"b": 2, "b": 2}]}', "b"),  # in an array, and even with the same value twice
+        # the first complete object is the reply: not skipped for a later "{" (the repeated key's inner objects)
+        ('{"score": {"v": 1}, "score": {"v": 5}}', "score"),
+        ('Hmm {"score": NaN} so {"score": 1, "score": 5} or {"score": 4}', "score"),  # the NaN one is invalid
+    ],
+)
+def test_extract_json_object_rejects_a_repeated_key(text, key):
+    with pytest.raises(DuplicateKeyError, match=f"repeats the key '{key}'"):
+        extract_json_object(text)
+
+
+@pytest.mark.parametrize(
     "text, value, reason",
     [
         ('```json\n{"score": 3}\n```', Score(score=3), None),
         ('The grade is {"score": "4"} overall.', Score(score=4), None),  # pydantic lax mode: "4" -> 4
         ('{"score": 3, "reason": "fine"}', Score(score=3), None),  # extra keys are ignored
+        ('{"score": 3, "note": {"score": 1}}', Score(score=3), None),  # one key in two objects is no repeat
+        ('{"score": 1, "score": 5}', None, "duplicate_key"),  # would have scored 5 (the last value) ...
+        ('{"score": 5, "score": 1}', None, "duplicate_key"),  # ... and 1 once swapped: unscored either way
+        ('{"score": 3, "note": {"a": 1, "a": 2}}', None, "duplicate_key"),  # nested, even in a key the schema ignores
+        ('Say {"score": 2, "score": 2}, i.e. {"score": 2}', None, "duplicate_key"),  # first object is the reply
         ("I think it is a 3.", None, "invalid_json"),
         ('{"score": 3', None, "invalid_json"),
         ('{"grade": 3}', None, "schema_mismatch"),  # wrong key
@@ -384,6 +410,7 @@ def test_missing_api_key_sends_dummy(server, monkeypatch):
         ([("body", b"{not json", "application/json"), ("ok", '{"score": 4}')], None, 2),
         ([("ok", "I would say four.")], "invalid_json", 1),  # model output: deterministic, not retried
         ([("ok", '{"grade": 4}')], "schema_mismatch", 1),
+        ([("ok", '{"score": 1, "score": 4}')], "duplicate_key", 1),  # model output too: not retried
         ([("ok", "")], "empty", 1),
     ],
 )
@@ -395,6 +422,9 @@ def test_fault_gives_typed_result(server, actions, reason, attempts):
     assert result.value == (Score(score=4) if reason is None else None)
     assert result.attempts == attempts == server.attempts("q")
     assert judge.stats.attempts == attempts
+    # the one judgement is counted under its reason's metric, or under none when scored
+    counted = {name: n for name, n in judge.stats.as_dict().items() if name.startswith("unscored/")}
+    assert counted == ({} if reason is None else {f"unscored/{reason}": 1})
 
 
 def test_timeout_is_retried_then_unscored(server):

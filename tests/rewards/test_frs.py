@@ -250,6 +250,21 @@ def test_a_coercible_reply_is_unscored_not_a_score():
     assert report.at_k[30] == 75.0  # trace 8: raw(4)
 
 
+def test_a_repeated_score_is_unscored_in_either_order():
+    # issue 25 §3.2: json.loads keeps the last value, so these scored faithfulness 5 and 1 by key order alone
+    rest = '"utility": 4, "coherence": 4, "factuality": 4'
+    five_last = '{"faithfulness": 1, ' + rest + ', "faithfulness": 5}'
+    one_last = '{"faithfulness": 5, ' + rest + ', "faithfulness": 1}'
+    for reply in (five_last, one_last):
+        assert parse_judgement(reply, ReasoningJudgement) == (None, "duplicate_key")
+    recorded = {f"trace-{i}": raw(4) for i in range(12)}
+    recorded["trace-0"], recorded["trace-4"] = five_last, one_last
+    report = compute_frs(build_traces(), ScriptedJudge(recorded), FRSConfig(selection_gain=False), progress=False)
+    assert report.unscored == {"duplicate_key": 2}  # the two traces, one per order
+    # judged: the K50 set {0, 4, 8, 5, 1, 9}; 0 and 4 unscored, the other four scored
+    assert report.judge["unscored/duplicate_key"] == 2 and report.judge["scored"] == 4
+
+
 def test_judge_request_holds_problem_trace_gold_and_correctness():
     messages = judge_messages("Tom has 3 apples.", "3 + 4 = 7", "He adds <<3+4=7>>7.\n#### 7", True)
     assert [m["role"] for m in messages] == ["system", "user"]
