@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from procrl.stats import format_estimate
+
 CURVE_KEYS = (
     ("reward", "weighted reward (TRL `reward`)"),
     ("task/accuracy", "task accuracy (outcome check)"),
@@ -13,7 +15,14 @@ CURVE_KEYS = (
 
 
 def format_table(before: list[dict], after: list[dict]) -> str:
-    """A fixed-width before/after table of `EvalResult.to_dict()` rows, matched by data set name."""
+    """A fixed-width before/after table of `EvalResult.to_dict()` rows, matched by data set name; an undefined value
+    (None, e.g. every rate of an empty eval set) shows "–".
+
+    >>> row = dict(accuracy=None, ci_low=None, ci_high=None, mean_reward=None, mean_length=None, truncated_frac=None,
+    ...            wall_time_s=0.5)
+    >>> print(format_table([{"name": "svamp[0:0]", **row}], []).splitlines()[2])
+    svamp[0:0]         before  –                                  –       –      –     0.5
+    """
     header = (
         f"{'eval set':<18} {'stage':<7} {'accuracy [95% CI]':<24} {'mean reward':>11} "
         f"{'length':>7} {'trunc':>6} {'wall s':>7}"
@@ -26,10 +35,12 @@ def format_table(before: list[dict], after: list[dict]) -> str:
         for stage, row in (("before", before_by_name.get(name)), ("after", after_by_name.get(name))):
             if row is None:
                 continue
-            acc = f"{row['accuracy']:.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
+            acc = format_estimate(row["accuracy"], (row["ci_low"], row["ci_high"]))
+            reward = format_estimate(row["mean_reward"], spec=".4f")
+            length = format_estimate(row["mean_length"], spec=".1f")
+            trunc = format_estimate(row["truncated_frac"], spec=".2f")
             lines.append(
-                f"{name:<18} {stage:<7} {acc:<24} {row['mean_reward']:>11.4f} {row['mean_length']:>7.1f} "
-                f"{row['truncated_frac']:>6.2f} {row['wall_time_s']:>7.1f}"
+                f"{name:<18} {stage:<7} {acc:<24} {reward:>11} {length:>7} {trunc:>6} {row['wall_time_s']:>7.1f}"
             )
     return "\n".join(lines)
 
@@ -64,9 +75,9 @@ def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> P
 
 def finish_wandb_run(summary: dict) -> str | None:
     """Add the before/after numbers of a GRPO `summary` to the active wandb run (if any) and return its local
-    directory (None without wandb or a run): `before/<set>/accuracy`, `.../mean_reward`, `.../mean_length`. The run
-    stays open: `procrl.tracking.track_run` adds the run record's metrics and finishes it (wandb's own exit hook
-    does, without it)."""
+    directory (None without wandb or a run): `before/<set>/accuracy`, `.../mean_reward`, `.../mean_length` (an
+    undefined one, None, left out). The run stays open: `procrl.tracking.track_run` adds the run record's metrics
+    and finishes it (wandb's own exit hook does, without it)."""
     try:
         import wandb  # optional heavy dependency: only when a run reports to wandb
     except ImportError:
@@ -77,5 +88,6 @@ def finish_wandb_run(summary: dict) -> str | None:
     for stage in ("before", "after"):
         for result in summary[stage]:
             for key in ("accuracy", "mean_reward", "mean_length"):
-                run.summary[f"{stage}/{result['name']}/{key}"] = result[key]
+                if result[key] is not None:
+                    run.summary[f"{stage}/{result['name']}/{key}"] = result[key]
     return str(Path(run.dir).parent)

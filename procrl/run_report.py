@@ -25,6 +25,7 @@ from typing import Any
 
 from procrl.reporting import CURVE_KEYS
 from procrl.run_records import is_number
+from procrl.stats import MISSING  # re-exported: "–", a value that was not measured or is undefined (never 0)
 from procrl.sweeps import variant_name
 from procrl.utils import get_logger
 
@@ -42,7 +43,6 @@ __all__ = [
 
 logger = get_logger(__name__)
 
-MISSING = "–"  # a value that was not measured (never shown as 0)
 WILSON_Z = 1.959964  # the 97.5% normal quantile: a two-sided 95% interval
 # (metric key, column header, decimals): the fixed columns after the accuracy ones
 VALUE_COLUMNS = (
@@ -61,16 +61,19 @@ CURVE_PANELS = (  # (history key, panel title), in the order of the figure's pan
 NO_PARAMETERS = "(no parameters)"
 
 
-def wilson_interval(successes: int, n: int, z: float = WILSON_Z) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion successes/n (95% by default); (0, 1) when n = 0.
+def wilson_interval(successes: int, n: int, z: float = WILSON_Z) -> tuple[float, float] | None:
+    """Wilson score interval (low, high) of a binomial proportion successes/n (95% by default); None when n = 0: no
+    trials, no interval (the proportion itself is undefined; `procrl.stats`' rule for a number over nothing).
 
     The one Wilson helper of procrl (`procrl.trainers.evaluation` and `trainers.offline` use it too).
 
     >>> [round(x, 4) for x in wilson_interval(7, 20)]
     [0.1812, 0.5671]
+    >>> wilson_interval(0, 0) is None
+    True
     """
     if n <= 0:
-        return 0.0, 1.0
+        return None
     p = successes / n
     denom = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denom
@@ -334,7 +337,7 @@ def _per_seed_accuracy(variant: Variant) -> str:
         label = _seed_label(variant, run, i)
         correct, n, accuracy = metrics.get("task/correct"), metrics.get("task/n"), metrics.get("task/accuracy")
         if is_number(correct) and is_number(n) and n > 0:
-            low, high = wilson_interval(int(correct), int(n))
+            low, high = wilson_interval(int(correct), int(n))  # n > 0: an interval
             parts.append(f"{label} {correct / n:.3f} [{low:.3f}, {high:.3f}] ({int(correct)}/{int(n)})")
         elif is_number(accuracy):
             parts.append(f"{label} {accuracy:.3f} [no counts]")

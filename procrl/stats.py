@@ -1,4 +1,11 @@
-"""Bootstrap confidence intervals over problems: the one resampling helper of procrl's results tables.
+"""Bootstrap confidence intervals over problems (the one resampling helper of procrl's results tables), and the
+rule for a number over nothing.
+
+No data is not zero: a rate or mean whose denominator is empty (an accuracy over zero scorable problems, a precision
+with nothing predicted positive) is UNDEFINED: None in Python and JSON (`ratio`; JSON has no NaN), "–" (`MISSING`)
+in markdown and console tables (`format_estimate`), left out of plots and of a run record's metrics, and it has no
+interval (None, never (0, 0) or (0, 1)). Counts stay 0, and a value that is genuinely 0 stays 0 (an F1 with tp = 0
+but fp + fn > 0).
 
 Every comparison under docs/results/ resamples PROBLEMS (not samples within a problem) with replacement and takes the
 percentile interval of the statistic (Efron & Tibshirani 1993, §13.3). A statistic is a function of the resampled
@@ -13,9 +20,44 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["BOOTSTRAP_RESAMPLES", "bootstrap_interval", "bootstrap_mean_interval"]
+__all__ = [
+    "BOOTSTRAP_RESAMPLES",
+    "MISSING",
+    "bootstrap_interval",
+    "bootstrap_mean_interval",
+    "format_estimate",
+    "ratio",
+]
 
 BOOTSTRAP_RESAMPLES = 1000
+MISSING = "–"  # how a table shows an undefined (or not measured) value: never 0
+
+
+def ratio(numerator: float, denominator: float) -> float | None:
+    """numerator / denominator, or None (undefined) when the denominator is 0: a rate or mean over nothing.
+
+    >>> ratio(3, 4), ratio(0, 4), ratio(0, 0)
+    (0.75, 0.0, None)
+    """
+    return numerator / denominator if denominator else None
+
+
+def format_estimate(
+    value: float | None, interval: Sequence[float | None] | None = None, spec: str = ".3f", scale: float = 1.0
+) -> str:
+    """`value * scale` formatted with `spec`, followed by " [low, high]" (also scaled) when `interval` is a pair of
+    numbers; `MISSING` ("–") when `value` is None (undefined). An interval that is None or holds a None is not shown.
+
+    >>> format_estimate(0.5, (0.25, 0.75)), format_estimate(0.125, None, ".1f", 100), format_estimate(None, (0, 1))
+    ('0.500 [0.250, 0.750]', '12.5', '–')
+    """
+    if value is None:
+        return MISSING
+    text = f"{value * scale:{spec}}"
+    if interval is None or any(v is None for v in interval):
+        return text
+    low, high = interval
+    return f"{text} [{low * scale:{spec}}, {high * scale:{spec}}]"
 
 
 def bootstrap_interval(

@@ -5,8 +5,9 @@ with majority vote; both read off one table when every method picks from the sam
 them visible (`bestofn_curves`):
 
 - `random`: the expected accuracy of a uniform pick: the problem's mean correctness at every k (exact, no draw);
-- `majority` (self-consistency): the most frequent non-None extracted answer of S, ties to the answer whose first
-  occurrence in S is earliest; no answer in S -> wrong;
+- `majority` (self-consistency): the most frequent non-None extracted answer of S, equal answers counted together
+  as the outcome check grades them ("0.5" = "1/2"), ties to the answer whose first occurrence in S is earliest; no
+  answer in S -> wrong;
 - `longest`: the most `num_tokens` (the length baseline), ties earliest;
 - `pass@k`: some candidate of S is correct (the ceiling of any selector), exactly 1 - C(n - c, k) / C(n, k);
 - `<name>` for every `score_<name>` column: argmax of the score over S, ties earliest, None never picked, all None
@@ -35,7 +36,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from procrl.stats import BOOTSTRAP_RESAMPLES, bootstrap_mean_interval
+from procrl.stats import BOOTSTRAP_RESAMPLES, bootstrap_mean_interval, ratio
 from procrl.trainers.bestofn_data import BASELINES, Problem, Samples, load_reports
 from procrl.trainers.bestofn_plot import bestofn_table, plot_bestofn
 from procrl.trainers.selection_rules import select_argmax as pick_argmax
@@ -176,8 +177,9 @@ def bestofn_curves(
     Returns:
         {"command": "bestofn", "settings": {ks, subsets, seed, resamples, n, reports}, "problems": count,
         "unparseable_gold": count, "problem_ids": [...], "methods": [row names in table order], "curves": {method:
-        [{"k", "accuracy", "ci_low", "ci_high"}]} (fractions in [0, 1]), "per_problem": {method: {str(k): [each
-        problem's expected accuracy]}} (for paired comparisons), "auroc": `score_auroc`'s dict}.
+        [{"k", "accuracy", "ci_low", "ci_high"}]} (fractions in [0, 1]; all three None without problems: undefined,
+        not 0), "per_problem": {method: {str(k): [each problem's expected accuracy]}} (for paired comparisons),
+        "auroc": `score_auroc`'s dict}.
 
     Raises:
         ValueError: no ks, a k outside [1, n], subsets < 1.
@@ -196,7 +198,7 @@ def bestofn_curves(
                 exact = _EXACT.get(name)
                 value = exact(problem, k) if exact else sum(method(problem, s) for s in draws) / len(draws)
                 per_problem[name][str(k)].append(value)
-    if all(p.greedy is not None for p in samples.problems):
+    if samples.problems and all(p.greedy is not None for p in samples.problems):
         greedy = [float(p.greedy) for p in samples.problems]
         per_problem = {"greedy": {str(k): greedy for k in ks}} | per_problem
     else:
@@ -207,9 +209,9 @@ def bestofn_curves(
     for name, by_k in per_problem.items():
         curves[name] = []
         for k in ks:
-            values = by_k[str(k)]
-            low, high = bootstrap_mean_interval(values, resamples=resamples, seed=seed)
-            curves[name].append({"k": k, "accuracy": sum(values) / len(values), "ci_low": low, "ci_high": high})
+            values = by_k[str(k)]  # empty without problems: no accuracy, no interval
+            low, high = bootstrap_mean_interval(values, resamples=resamples, seed=seed) if values else (None, None)
+            curves[name].append({"k": k, "accuracy": ratio(sum(values), len(values)), "ci_low": low, "ci_high": high})
     settings = {"ks": ks, "subsets": subsets, "seed": seed, "resamples": resamples, "n": samples.n}
     return {
         "command": "bestofn",

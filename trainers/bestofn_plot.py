@@ -1,17 +1,18 @@
 """The markdown tables and the plot of a `procrl.trainers.bestofn.bestofn_curves` result (its dict only).
 
 `bestofn_table`: one row per method, one column per k, cells `acc% [lo, hi]` (one decimal, the bootstrap 95%
-interval over problems), then the within-problem AUROC table. `plot_bestofn`: accuracy against k (log2 axis), a
-line per method with its interval as a band.
+interval over problems; "–" where undefined: no problem), then the within-problem AUROC table ("–": no problem
+holding both kinds of candidate). `plot_bestofn`: accuracy against k (log2 axis), a line per method with its
+interval as a band; undefined points are left out.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["MISSING", "bestofn_table", "plot_bestofn"]
+from procrl.stats import MISSING, format_estimate
 
-MISSING = "–"  # a value that was not measured (an AUROC without a problem holding both kinds of candidate)
+__all__ = ["MISSING", "bestofn_table", "plot_bestofn"]
 
 
 def bestofn_table(result: dict) -> str:
@@ -35,7 +36,7 @@ def bestofn_table(result: dict) -> str:
         "| --- | " + " | ".join("---" for _ in ks) + " |",
     ]
     for method, points in result["curves"].items():
-        cells = [f"{100 * p['accuracy']:.1f} [{100 * p['ci_low']:.1f}, {100 * p['ci_high']:.1f}]" for p in points]
+        cells = [format_estimate(p["accuracy"], (p["ci_low"], p["ci_high"]), ".1f", 100) for p in points]
         lines.append(f"| {method} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -66,11 +67,15 @@ def plot_bestofn(result: dict, path: str | Path) -> Path:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     colors = plt.get_cmap("tab20").colors  # 20 distinct colours: a dozen methods never share one
     for i, (method, points) in enumerate(result["curves"].items()):
+        points = [p for p in points if p["accuracy"] is not None]  # an undefined point is not drawn
+        if not points:
+            continue
         ks = [p["k"] for p in points]
         style = {"linestyle": "--", "color": "black"} if method == "pass@k" else {"color": colors[2 * i % 20 + i // 10]}
         line = ax.plot(ks, [100 * p["accuracy"] for p in points], marker="o", markersize=3, label=method, **style)[0]
-        low, high = [100 * p["ci_low"] for p in points], [100 * p["ci_high"] for p in points]
-        ax.fill_between(ks, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        banded = [p for p in points if p["ci_low"] is not None and p["ci_high"] is not None]
+        low, high = [100 * p["ci_low"] for p in banded], [100 * p["ci_high"] for p in banded]
+        ax.fill_between([p["k"] for p in banded], low, high, color=line.get_color(), alpha=0.15, linewidth=0)
     ks = result["settings"]["ks"]
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [str(k) for k in ks])
@@ -78,7 +83,8 @@ def plot_bestofn(result: dict, path: str | Path) -> Path:
     ax.set_ylabel("accuracy (%)")
     ax.set_title(f"Best-of-k over {result['problems']} problems (n = {result['settings']['n']})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:  # no line without problems
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

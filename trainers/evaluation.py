@@ -20,6 +20,7 @@ from transformers import GenerationConfig
 
 from procrl.generation import SamplingParams, eos_token_ids, generate_completions, render_prompts
 from procrl.run_report import wilson_interval  # re-exported: trainers.offline and tests import it from here
+from procrl.stats import ratio
 from procrl.utils import check_reward_length, get_logger
 
 logger = get_logger(__name__)
@@ -28,6 +29,9 @@ logger = get_logger(__name__)
 @dataclass
 class EvalResult:
     """Evaluation of one model on one data set (greedy decoding).
+
+    A mean or fraction over nothing is None (undefined, not 0; `procrl.stats`): with n = 0 the accuracy, its
+    interval, `mean_length` and `truncated_frac` are None; `mean_reward` is None when no row has a reward.
 
     Attributes:
         name: data set label, e.g. "svamp[700:850]".
@@ -45,13 +49,13 @@ class EvalResult:
 
     name: str
     n: int
-    accuracy: float
-    ci_low: float
-    ci_high: float
-    mean_reward: float
+    accuracy: float | None
+    ci_low: float | None
+    ci_high: float | None
+    mean_reward: float | None
     rewards: dict[str, float | None]
-    mean_length: float
-    truncated_frac: float
+    mean_length: float | None
+    truncated_frac: float | None
     unparseable_gold: int
     wall_time_s: float
 
@@ -151,17 +155,17 @@ def evaluate(
         bar.close()
         model.train(was_training)
     n = len(dataset)
-    low, high = wilson_interval(correct, n)
+    low, high = wilson_interval(correct, n) or (None, None)  # no problem: no interval
     return EvalResult(
         name=name,
         n=n,
-        accuracy=correct / n if n else 0.0,
+        accuracy=ratio(correct, n),
         ci_low=low,
         ci_high=high,
-        mean_reward=sum(weighted) / len(weighted) if weighted else 0.0,
-        rewards={nm: (sum(v) / len(v) if v else None) for nm, v in zip(names, per_func, strict=True)},
-        mean_length=sum(lengths) / n if n else 0.0,
-        truncated_frac=truncated / n if n else 0.0,
+        mean_reward=ratio(sum(weighted), len(weighted)),
+        rewards={nm: ratio(sum(v), len(v)) for nm, v in zip(names, per_func, strict=True)},
+        mean_length=ratio(sum(lengths), n),
+        truncated_frac=ratio(truncated, n),
         unparseable_gold=unparseable,
         wall_time_s=time.perf_counter() - start,
     )

@@ -60,6 +60,7 @@ from trl.models import unwrap_model_for_generation
 
 from procrl.judges import open_judge
 from procrl.rewards.frs import DEFAULT_K_VALUES, FRSConfig, FRSReport, Trace, compute_frs
+from procrl.stats import format_estimate
 from procrl.trainers.frs_traces import generate_traces
 from procrl.utils import get_logger, json_safe
 
@@ -205,8 +206,8 @@ class FRSCallback(TrainerCallback):
         logger.info(
             "FRS step %d: score %s, accuracy %s, %d traces (%d judged) in %.0f s (generation %.0f s)",
             step,
-            _fmt(report.score),
-            _fmt(report.accuracy),
+            format_estimate(report.score),  # "–": undefined (nothing scored)
+            format_estimate(report.accuracy),
             report.n_traces,
             report.n_judged,
             metrics["frs/wall_time_s"],
@@ -325,7 +326,3 @@ class FRSCallback(TrainerCallback):
                 t.correct,
             )
         wandb.log({"frs/traces": table, "train/global_step": step})
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from procrl.rewards.frs.intervals import ACCURACY, SELECTION_GAIN, accuracy_key, frs_key, intervals_from_result
-from procrl.stats import BOOTSTRAP_RESAMPLES
+from procrl.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate
 from procrl.utils import json_safe
 
 __all__ = [
@@ -251,15 +251,12 @@ def _compare_benchmark(group: Sequence[FRSRun], key: str, k: float) -> dict[str,
 
 
 def _cell(value: float | None, interval: Sequence[float] | None, scale: float = 1.0) -> str:
-    """`value [lo, hi]` with one decimal ("–" when not measured)."""
-    if value is None:
-        return "–"
-    text = f"{value * scale:.1f}"
-    return text if interval is None else f"{text} [{interval[0] * scale:.1f}, {interval[1] * scale:.1f}]"
+    """`value [lo, hi]` with one decimal ("–" when not measured or undefined)."""
+    return format_estimate(value, interval, ".1f", scale)
 
 
 def _yes_no(flag: bool | None) -> str:
-    return {None: "–", True: "yes", False: "no"}[flag]
+    return {None: MISSING, True: "yes", False: "no"}[flag]
 
 
 def format_table(comparison: Mapping[str, Any]) -> str:
@@ -304,8 +301,8 @@ def format_table(comparison: Mapping[str, Any]) -> str:
         lines += ["", f"## {benchmark}: rank by accuracy and by {metric}", ""]
         lines += [f"| model | accuracy (%) | rank by accuracy | {metric} | rank by {metric} |", "|---|---|---|---|---|"]
         for row in entry["models"]:
-            rank_a = "–" if row["rank_accuracy"] is None else str(row["rank_accuracy"])
-            rank_f = "–" if row["rank_frs"] is None else str(row["rank_frs"])
+            rank_a = MISSING if row["rank_accuracy"] is None else str(row["rank_accuracy"])
+            rank_f = MISSING if row["rank_frs"] is None else str(row["rank_frs"])
             acc = _cell(row["accuracy"], None, 100)
             lines.append(f"| {row['model']} | {acc} | {rank_a} | {_cell(row['frs'], None)} | {rank_f} |")
         if entry["pairs"]:

@@ -6,7 +6,7 @@ of `procrl frs`; `OfflineConfig` adds the PUM, parsed by `TrlParser` in `procrl/
 `procrl/scripts/beam.py`), loading the problems, the policy's rollout engine and its tokenizer (`load_setup`), the
 sampling settings (`sampling_params`), the PUM, the accuracy of one pick per problem with a 95% Wilson interval, the
 accuracy table and the JSON report. Problems whose gold answer cannot be parsed are left out of the accuracy (their
-`correct` entry is None).
+`correct` entry is None); with none left the accuracy and its interval are None (undefined, "–" in the table), not 0.
 
 Every command samples through a `procrl.generation` rollout engine (`generation_backend`: "auto" = vLLM wherever it
 imports, else transformers `generate`), whose `Rollout.logprobs` are raw (T = 1) natural-log probabilities.
@@ -34,6 +34,7 @@ from procrl.generation import (
 from procrl.generation.engines import ENGINES
 from procrl.models import resolve_model
 from procrl.rewards.pum import PrefixUtilityModel
+from procrl.stats import format_estimate, ratio
 from procrl.trainers.evaluation import wilson_interval
 from procrl.utils import get_logger
 
@@ -229,18 +230,23 @@ def load_pum(config: OfflineConfig) -> PrefixUtilityModel:
 def accuracy(correct: list[list[bool] | None], picks: list[int | None]) -> dict:
     """Accuracy of one pick per problem over problems with a parseable gold (correct[i] is that problem's list).
 
-    A pick of None (the scorer abstained) counts as wrong and as `abstained`; the interval is Wilson's at 95%.
+    A pick of None (the scorer abstained) counts as wrong and as `abstained`; the interval (`ci_low`, `ci_high`) is
+    Wilson's at 95%. With no problem to score (`total` 0) the accuracy, `ci_low` and `ci_high` are None: undefined,
+    not 0, and no interval.
 
     >>> r = accuracy([[True, False], [False, False], None], [0, None, 1])
     >>> r["accuracy"], r["correct"], r["total"], r["abstained"]
     (0.5, 1, 2, 1)
+    >>> r = accuracy([None, None], [0, 1])  # no parseable gold: nothing to score
+    >>> r["accuracy"], r["ci_low"], r["ci_high"], r["correct"], r["total"]
+    (None, None, None, 0, 0)
     """
     scored = [(c, p) for c, p in zip(correct, picks, strict=True) if c is not None]
     n_correct = sum(1 for c, p in scored if p is not None and c[p] is True)
     total = len(scored)
-    low, high = wilson_interval(n_correct, total) if total else (0.0, 0.0)
+    low, high = wilson_interval(n_correct, total) or (None, None)  # no problem: no interval
     return {
-        "accuracy": n_correct / total if total else 0.0,
+        "accuracy": ratio(n_correct, total),
         "ci_low": low,
         "ci_high": high,
         "correct": n_correct,
@@ -250,17 +256,20 @@ def accuracy(correct: list[list[bool] | None], picks: list[int | None]) -> dict:
 
 
 def format_accuracy_table(results: dict[str, dict]) -> str:
-    """Fixed-width table: one row per scorer with accuracy [95% CI], correct/total and abstentions.
+    """Fixed-width table: one row per scorer with accuracy [95% CI], correct/total and abstentions; "–" for an
+    undefined accuracy (no problem to score).
 
-    >>> print(format_accuracy_table({"majority": accuracy([[True]], [0])}))  # doctest: +NORMALIZE_WHITESPACE
+    >>> rows = {"majority": accuracy([[True]], [0]), "random": accuracy([None], [0])}
+    >>> print(format_accuracy_table(rows))  # doctest: +NORMALIZE_WHITESPACE
     scorer                 accuracy [95% CI]          correct abstained
     -------------------------------------------------------------------
     majority               1.000 [0.207, 1.000]        1/1            0
+    random                 –                           0/0            0
     """
     header = f"{'scorer':<22} {'accuracy [95% CI]':<24} {'correct':>9} {'abstained':>9}"
     lines = [header, "-" * len(header)]
     for name, r in results.items():
-        acc = f"{r['accuracy']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        acc = format_estimate(r["accuracy"], (r["ci_low"], r["ci_high"]))
         lines.append(f"{name:<22} {acc:<24} {r['correct']:>4}/{r['total']:<4} {r['abstained']:>9}")
     return "\n".join(lines)
 

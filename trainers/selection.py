@@ -13,7 +13,8 @@ PiCSAR), picks one per scorer and reports the accuracy of the picked completions
   `picsar_reasoning` and `picsar_answer`: argmax of one term alone (the same PiCSAR pass). The reasoning term is
   the sampler's log-probs, the answer term is teacher-forced by the policy itself or by `picsar_evaluator` (the
   paper's decoupled evaluator); completions without an extractable answer are never picked;
-- `majority`: the most frequent extracted answer (ties: the answer that appears first); its first completion;
+- `majority`: the most frequent extracted answer, equal answers counted together as the outcome check grades them
+  ("0.5" = "1/2"; ties: the answer that appears first); its first completion;
 - `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
 
 Several scorers select from the SAME samples; a score pass writes all its columns (`score_<column>` per candidate:
@@ -40,6 +41,7 @@ from tqdm.auto import tqdm
 
 from procrl.generation import SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
+from procrl.stats import ratio
 from procrl.trainers.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params, write_report
 from procrl.trainers.selection_scorers import (
     SCORERS,
@@ -259,10 +261,10 @@ def run_select(config: SelectConfig) -> dict:
 
     The report (JSON at `config.output`): `command`, `model`, `dataset`, `settings` (every field, e.g.
     `picsar_evaluator`), `scorers`, `results` (scorer -> `accuracy` dict; `greedy` with `config.greedy`; plus
-    `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, `unparseable_gold`), `wall_time_s`, `samples` (`path`,
-    `from_cache`; with greedy also `greedy_path`, `greedy_from_cache`) and `problems` (each candidate's text,
-    extracted answer, correctness, token count and `score_<column>` for every column of the score passes run, the
-    picks, and with greedy a `greedy` entry `{"text", "extracted", "correct"}`).
+    `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, None without a parseable gold; `unparseable_gold`),
+    `wall_time_s`, `samples` (`path`, `from_cache`; with greedy also `greedy_path`, `greedy_from_cache`) and
+    `problems` (each candidate's text, extracted answer, correctness, token count and `score_<column>` for every
+    column of the score passes run, the picks, and with greedy a `greedy` entry `{"text", "extracted", "correct"}`).
     """
     t0 = time.perf_counter()
     s = load_setup(config)
@@ -296,7 +298,7 @@ def run_select(config: SelectConfig) -> dict:
     mean_single = [sum(c) / len(c) for c in correct_g if c is not None]
     results[f"pass@{config.n} (oracle)"] = pass_at_n
     summary = {
-        "mean_sample_accuracy": sum(mean_single) / len(mean_single) if mean_single else 0.0,
+        "mean_sample_accuracy": ratio(sum(mean_single), len(mean_single)),  # None: no parseable gold
         "unparseable_gold": sum(1 for c in correct_g if c is None),
     }
     result = {

@@ -4,10 +4,14 @@ and `procrl bestofn` (`procrl.trainers.bestofn`) pick with the same functions.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
-from collections import Counter
+import re
 from collections.abc import Sequence
+from fractions import Fraction
+
+from procrl.rewards.outcome import is_correct
 
 __all__ = ["select_argmax", "select_majority", "select_random"]
 
@@ -30,22 +34,82 @@ def select_argmax(scores: Sequence[float | None]) -> int | None:
 
 
 def select_majority(answers: Sequence[str | None]) -> int | None:
-    """Index of the first candidate whose extracted answer is the most frequent one (majority vote).
+    """Index of the first member of the largest class of equivalent answers (majority vote, self-consistency).
 
-    Answers are compared as strings (`extract_answer` already makes numbers canonical: "1,250" -> "1250"). Ties go
-    to the answer whose first occurrence comes first; candidates without an answer (None) do not vote; None when no
-    candidate has an answer.
+    ``answers``: one `extract_answer` value per candidate (None: no answer). Answers are grouped as the outcome check
+    grades them (`procrl.rewards.outcome.is_correct`), so spellings of one answer vote together:
 
-    >>> select_majority(["4", None, "5", "5", "4"])  # 4 and 5 tie with two votes; "4" appears first
+    * plain numbers (integers, decimals, ``p/q``, ``\\frac{p}{q}``, with a sign) by their exact value, a
+      `fractions.Fraction` key: "5", "5.0" and "+5" are one answer, so are ``\\frac{1}{2}``, "0.5" and "1/2";
+    * any other answer joins the first class (in order of first appearance) whose representative (its first member)
+      it equals, checked by ``is_correct(r"\\boxed{<answer>}", <representative>)``: the representative is the gold
+      side and the answer the prediction side, as in grading (math-verify under the outcome time limit; a timeout
+      counts as different). A plain number is checked this way only against representatives that are not plain
+      numbers (two different exact values never match); an answer identical to an earlier one joins its class.
+      Answers the outcome check cannot read as a gold (prose such as "Monday") group only by identical strings.
+
+    Ties between classes go to the class whose first member comes first; the index returned is that first member's.
+    Candidates without an answer (None) do not vote; None when no candidate has an answer. Pairwise checks are
+    cached (``_equivalent``), so repeated votes over subsets of the same answers cost dictionary look-ups.
+
+    >>> select_majority([r"\\frac{1}{2}", "0.5", "1/2", "3", "3"])  # 1/2 has three votes, 3 has two
     0
-    >>> select_majority([None, "7", "3", "3"])
+    >>> select_majority(["4", None, "5", "5.0", "4"])  # 4 and 5 tie with two votes; 4 appears first
+    0
+    >>> select_majority([None, "7", "x+1", "1+x"])
     2
+    >>> select_majority([None, None]) is None
+    True
     """
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
+    reps: list[int] = []  # the first member of each class, in order of first appearance
+    votes: list[int] = []
+    class_of: dict[str | Fraction, int] = {}  # an answer string, or a plain number's value -> its class
+    for i, answer in enumerate(answers):
+        if answer is None:
+            continue
+        value = _number_key(answer)
+        c = class_of.get(answer, class_of.get(value))
+        if c is None:
+            # two plain numbers of different values never match: compare a number only with other representatives
+            rivals = (k for k, r in enumerate(reps) if value is None or _number_key(answers[r]) is None)
+            c = next((k for k in rivals if _equivalent(answers[reps[k]], answer)), None)
+        if c is None:
+            c = len(reps)
+            reps.append(i)
+            votes.append(0)
+        votes[c] += 1
+        class_of.setdefault(answer, c)
+        if value is not None:
+            class_of.setdefault(value, c)
+    return reps[votes.index(max(votes))] if reps else None
+
+
+_PLAIN_NUMBER = re.compile(
+    r"(?P<sign>[-+]?)(?:(?P<decimal>\d+(?:\.\d+)?|\.\d+)|(?P<p>\d+)/(?P<q>\d+)|\\[dt]?frac\{(?P<fp>\d+)\}\{(?P<fq>\d+)\})"
+)
+
+
+@functools.lru_cache(maxsize=65536)
+def _number_key(answer: str) -> Fraction | None:
+    """The exact value of a plain number ("-5.00", "1/2", ``\\frac{1}{2}``), None for anything else (or a zero
+    denominator)."""
+    match = _PLAIN_NUMBER.fullmatch(answer.strip())
+    if match is None:
         return None
-    top = max(counts.values())
-    return next(i for i, a in enumerate(answers) if a is not None and counts[a] == top)
+    numerator, denominator = match["p"] or match["fp"], match["q"] or match["fq"]
+    if match["decimal"] is not None:
+        value = Fraction(match["decimal"])
+    elif int(denominator) == 0:
+        return None
+    else:
+        value = Fraction(int(numerator), int(denominator))
+    return -value if match["sign"] == "-" else value
+
+
+@functools.lru_cache(maxsize=65536)
+def _equivalent(representative: str, answer: str) -> bool:
+    """Whether the outcome check grades ``answer`` correct against the gold ``representative``."""
+    return is_correct("\\boxed{" + answer + "}", representative) is True
 
 
 def select_random(n: int, seed: int, key: str) -> int:

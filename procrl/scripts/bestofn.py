@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_metrics(result: dict) -> dict[str, float]:
     """The run record's flat headline metrics of a `bestofn_curves` result: `bestofn/<method>/acc@<k>` (and
     `ci_low@<k>`, `ci_high@<k>`; fractions), `bestofn/<score>/auroc` (and `auroc_problems`), `bestofn/problems`,
-    `bestofn/unparseable_gold`.
+    `bestofn/unparseable_gold`; an undefined value (None: no problem) is left out.
 
     >>> metrics = run_metrics({"problems": 2, "unparseable_gold": 1, "auroc": {},
     ...     "curves": {"random": [{"k": 1, "accuracy": 0.5, "ci_low": 0.0, "ci_high": 1.0}]}})
@@ -172,7 +172,7 @@ def run_metrics(result: dict) -> dict[str, float]:
             metrics[f"bestofn/{name}/auroc_problems"] = a["problems"]
     metrics["bestofn/problems"] = result["problems"]
     metrics["bestofn/unparseable_gold"] = result["unparseable_gold"]
-    return metrics
+    return {key: value for key, value in metrics.items() if value is not None}  # undefined values left out
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ from trl import TrlParser
 from procrl.rewards.frs import FRSReport
 from procrl.rewards.frs.intervals import accuracy_key, frs_key
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.stats import format_estimate
 from procrl.tracking import TrackingArguments, track_run
 from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
 
@@ -103,17 +104,15 @@ def run_metrics(result: dict) -> dict[str, float]:
 def print_summary(result: dict) -> None:
     """The few lines people read: FRS@K (from RS and, when every scored trace has probabilities, RS_expected),
     accuracies, selection gain (each with its bootstrap interval `[low, high]` when the result has one), the AUC of
-    RS for correct vs incorrect traces, judge counts, wall times, the output paths."""
+    RS for correct vs incorrect traces, judge counts, wall times, the output paths; "–" for an undefined value
+    (e.g. FRS@K with no kept trace scored)."""
     report = result["report"]
     intervals = result.get("intervals") or {}
 
     def fmt(v, scale=1.0, name=None):
-        text = "n/a" if v is None else f"{v * scale:.1f}"
-        interval = intervals.get(name) if name is not None and v is not None else None
-        return text if interval is None else f"{text} [{interval[0] * scale:.1f}, {interval[1] * scale:.1f}]"
+        return format_estimate(v, intervals.get(name) if name is not None else None, ".1f", scale)
 
-    def fmt_auc(v):
-        return "n/a" if v is None else f"{v:.3f}"
+    fmt_auc = format_estimate
 
     print()
     print(f"procrl frs: {result['model']} on {result['dataset']}, {report['n_traces']} traces")

@@ -306,7 +306,8 @@ def run_metrics(summary: dict, window: int = HEADLINE_WINDOW) -> dict[str, float
 
     - `eval/<set>/accuracy`, `.../correct`, `.../n` after training and `.../accuracy_before` for every eval set, and
       the first set's as `task/accuracy`, `task/correct`, `task/n`, `task/accuracy_before` (none with task=search or
-      run_eval false; `correct` = accuracy x n, the evaluation's own count);
+      run_eval false; `correct` = accuracy x n, the evaluation's own count; an undefined accuracy, None for an
+      empty eval set, is left out);
     - from TRL's `log_history` (training entries): the mean of the last `window` logged finite values of `reward`,
       `completions/mean_length`, every `rewards/<name>/mean` and every `process/`, `frs/`, `hacking/` and
       `stepgap/` key (per key: FRS is logged only every frs_every_n_steps), and of the training batches'
@@ -320,9 +321,11 @@ def run_metrics(summary: dict, window: int = HEADLINE_WINDOW) -> dict[str, float
         values = {}
         if name in after:
             row = after[name]
-            values = {"accuracy": row["accuracy"], "correct": round(row["accuracy"] * row["n"]), "n": row["n"]}
+            correct = round(row["accuracy"] * row["n"]) if row["n"] else 0
+            values = {"accuracy": row["accuracy"], "correct": correct, "n": row["n"]}
         if name in before:
             values["accuracy_before"] = before[name]["accuracy"]
+        values = {key: value for key, value in values.items() if value is not None}  # None: no problem evaluated
         metrics.update({f"eval/{name}/{key}": value for key, value in values.items()})
         if i == 0:
             metrics.update({f"task/{key}": value for key, value in values.items()})

@@ -11,6 +11,7 @@ Metrics (ERROR predictions count as "no gap flagged", and their number is report
 - BA: step-level balanced accuracy of gap detection, (TPR + TNR) / 2 (a verifier that flags every step gets 0.5).
 - typed macro-F1: mean F1 over the four labels NONE, CC, IE, MB (does the verifier get the TYPE right).
 - the label distribution of the predictions, per-label precision/recall/F1 and the confusion matrix.
+A metric over an empty denominator is None (undefined, "–" in the tables), never 0 (`binary_f1`, `compute_metrics`).
 The ablation (`evaluate`) re-routes the same judge outputs with one stage removed (A, B, C, D or E; see
 `procrl.rewards.stepgap.verifier` for what removing a stage means), so it costs NLI calls only. With an
 `LLMOnlyVerifier` (`procrl.rewards.stepgap.llm_only`) it adds the LLM-only rows ("LLM-only" and, with the ablation,
@@ -44,7 +45,7 @@ from procrl.rewards.stepgap.intervals import CI_METRICS, TYPED_LABELS, metric_in
 from procrl.rewards.stepgap.llm_only import variant_parts
 from procrl.rewards.stepgap.trace import Passage, Trace, TraceStep
 from procrl.rewards.stepgap.verifier import GAP_LABELS, LABELS, STAGES
-from procrl.stats import BOOTSTRAP_RESAMPLES
+from procrl.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate, ratio
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -78,11 +79,15 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def binary_f1(gold: Sequence[bool], pred: Sequence[bool]) -> dict[str, float]:
-    """Precision, recall and F1 of the positive class; each is 0.0 when its denominator is 0.
+def binary_f1(gold: Sequence[bool], pred: Sequence[bool]) -> dict[str, float | None]:
+    """Precision tp / (tp + fp), recall tp / (tp + fn) and F1 2tp / (2tp + fp + fn) (= 2PR / (P + R)) of the
+    positive class, and the counts; a rate is None (undefined) when its denominator is 0. Raises ValueError when
+    `gold` and `pred` differ in length.
 
     >>> binary_f1([True, True, False, False], [True, False, True, False])
     {'precision': 0.5, 'recall': 0.5, 'f1': 0.5, 'tp': 1, 'fp': 1, 'fn': 1, 'tn': 1}
+    >>> binary_f1([True, False], [False, False])  # nothing flagged: precision undefined, the missed gap makes F1 0
+    {'precision': None, 'recall': 0.0, 'f1': 0.0, 'tp': 0, 'fp': 0, 'fn': 1, 'tn': 1}
     """
     if len(gold) != len(pred):
         raise ValueError(f"binary_f1: {len(gold)} gold vs {len(pred)} predictions")
@@ -90,14 +95,12 @@ def binary_f1(gold: Sequence[bool], pred: Sequence[bool]) -> dict[str, float]:
     fp = sum((not g) and p for g, p in zip(gold, pred, strict=True))
     fn = sum(g and not p for g, p in zip(gold, pred, strict=True))
     tn = len(gold) - tp - fp - fn
-    precision = tp / (tp + fp) if tp + fp else 0.0
-    recall = tp / (tp + fn) if tp + fn else 0.0
-    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    precision, recall, f1 = ratio(tp, tp + fp), ratio(tp, tp + fn), ratio(2 * tp, 2 * tp + fp + fn)
     return {"precision": precision, "recall": recall, "f1": f1, "tp": tp, "fp": fp, "fn": fn, "tn": tn}
 
 
-def balanced_accuracy(gold: Sequence[bool], pred: Sequence[bool]) -> float:
-    """(TPR + TNR) / 2 over the classes present in `gold` (one class present: its recall; empty: 0.0).
+def balanced_accuracy(gold: Sequence[bool], pred: Sequence[bool]) -> float | None:
+    """(TPR + TNR) / 2 over the classes present in `gold` (one class present: its recall; empty: None, undefined).
 
     >>> balanced_accuracy([True, True, True, False], [True, True, True, True])  # flag everything
     0.5
@@ -108,12 +111,13 @@ def balanced_accuracy(gold: Sequence[bool], pred: Sequence[bool]) -> float:
         rates.append(counts["tp"] / (counts["tp"] + counts["fn"]))
     if counts["tn"] + counts["fp"]:
         rates.append(counts["tn"] / (counts["tn"] + counts["fp"]))
-    return sum(rates) / len(rates) if rates else 0.0
+    return ratio(sum(rates), len(rates))
 
 
 def typed_report(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str] = TYPED_LABELS) -> dict[str, Any]:
-    """Per-label precision/recall/F1 (one-vs-rest), their macro mean over `labels`, and the confusion matrix
-    `confusion[gold][pred]` (predicted labels outside `labels`, e.g. ERROR, get their own column)."""
+    """Per-label precision/recall/F1 (one-vs-rest, `binary_f1`), their macro mean over `labels` (a label neither
+    gold nor predicted has no F1 and counts 0, as in `metric_intervals`; None without steps), and the confusion
+    matrix `confusion[gold][pred]` (predicted labels outside `labels`, e.g. ERROR, get their own column)."""
     per_label = {}
     for label in labels:
         scores = binary_f1([g == label for g in gold], [p == label for p in pred])
@@ -124,7 +128,7 @@ def typed_report(gold: Sequence[str], pred: Sequence[str], labels: Sequence[str]
     for g, p in zip(gold, pred, strict=True):
         confusion.setdefault(g, collections.Counter())[p] += 1
     return {
-        "macro_f1": sum(v["f1"] for v in per_label.values()) / len(labels),
+        "macro_f1": sum(v["f1"] or 0.0 for v in per_label.values()) / len(labels) if gold else None,
         "per_label": per_label,
         "confusion": {g: dict(row) for g, row in confusion.items()},
     }
@@ -134,7 +138,8 @@ def compute_metrics(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
     """All verifier metrics for gold and predicted labels, `[question][step]`.
 
     Returns: sF1 / step precision / step recall, Q-F1, BA (all in [0, 1]), typed macro-F1, per-label scores,
-    confusion, the predicted and gold label distributions (fractions over steps) and counts.
+    confusion, the predicted and gold label distributions (fractions over steps) and counts; None where undefined
+    (sF1 without any gold or predicted gap; every rate without steps).
 
     Raises:
         ValueError: mismatched shapes or an unknown gold label.
@@ -164,8 +169,8 @@ def compute_metrics(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
         "typed_macro_f1": typed["macro_f1"],
         "per_label": typed["per_label"],
         "confusion": typed["confusion"],
-        "label_distribution": {label: pred_counts.get(label, 0) / n if n else 0.0 for label in LABELS},
-        "gold_distribution": {label: gold_counts.get(label, 0) / n if n else 0.0 for label in TYPED_LABELS},
+        "label_distribution": {label: ratio(pred_counts.get(label, 0), n) for label in LABELS},
+        "gold_distribution": {label: ratio(gold_counts.get(label, 0), n) for label in TYPED_LABELS},
         "n_steps": n,
         "n_questions": len(gold),
         "n_error": pred_counts.get("ERROR", 0),
@@ -245,9 +250,10 @@ def baselines(
     Returns:
         {"all-NONE": ..., "all-IE": ..., "random": ...}. "random" draws every step's label independently from the
         gold label shares of these steps (`random.Random(seed)`), `draws` times; its sF1, step precision/recall,
-        Q-F1, BA, typed macro-F1 and label distribution are the MEANS over the draws, with "std" (the population
-        standard deviation of the first six), "draws" and "seed" added; its per-label scores and confusion are
-        those of the first draw.
+        Q-F1, BA, typed macro-F1 and label distribution are the MEANS over the draws (over the draws where the
+        metric is defined; None where none is, e.g. sF1 of gold without gaps), with "std" (the population standard
+        deviation of the first six, over the same draws), "draws" and "seed" added; its per-label scores and
+        confusion are those of the first draw.
 
     Raises:
         ValueError: `draws` < 1, no steps, or an unknown gold label (`compute_metrics`).
@@ -262,36 +268,32 @@ def baselines(
         for name, label in (("all-NONE", "NONE"), ("all-IE", "IE"))
     }
     runs = [compute_metrics(gold, pred) for pred in _random_draws(gold, draws, seed)]
-    mean = dict(runs[0])
+    mean, std = dict(runs[0]), {}
     for key in _SCALARS:
-        values = [r[key] for r in runs]
-        mean[key] = sum(values) / draws
+        values = [r[key] for r in runs if r[key] is not None]  # a draw where the metric is undefined is left out
+        mean[key] = ratio(sum(values), len(values))
+        std[key] = None if mean[key] is None else (sum((v - mean[key]) ** 2 for v in values) / len(values)) ** 0.5
     mean["label_distribution"] = {
         label: sum(r["label_distribution"][label] for r in runs) / draws for label in runs[0]["label_distribution"]
     }
-    mean["std"] = {key: (sum((r[key] - mean[key]) ** 2 for r in runs) / draws) ** 0.5 for key in _SCALARS}
-    mean |= {"draws": draws, "seed": seed}
+    mean |= {"std": std, "draws": draws, "seed": seed}
     out["random"] = mean
     return out
 
 
 def _cells(m: dict[str, Any]) -> list[str]:
     """sF1, Q-F1, BA, typed macro-F1 (percent, "value [low, high]" where the row has an interval under "ci") and the
-    predicted label shares; "-" where a row has no value."""
+    predicted label shares; "–" where a row has no value or it is undefined (None)."""
     ci = m.get("ci") or {}
-    cells = []
-    for key in CI_METRICS:
-        cell = f"{100 * m[key]:.1f}" if key in m else "-"
-        if key in m and key in ci:
-            cell += f" [{100 * ci[key][0]:.1f}, {100 * ci[key][1]:.1f}]"
-        cells.append(cell)
-    dist = m.get("label_distribution")
-    return cells + [f"{100 * dist[lab]:.1f}%" if dist else "-" for lab in LABELS]
+    cells = [format_estimate(m.get(key), ci.get(key), ".1f", 100) for key in CI_METRICS]
+    dist = m.get("label_distribution") or {}
+    return cells + [MISSING if dist.get(lab) is None else f"{100 * dist[lab]:.1f}%" for lab in LABELS]
 
 
 def format_table(rows: dict[str, dict[str, Any]]) -> str:
     """A fixed-width table of sF1, Q-F1, BA, typed macro-F1 (percent, with "[low, high]" where a row has intervals)
-    and the predicted label distribution; a row without some of them (e.g. `PAPER_REFERENCE`) shows "-"."""
+    and the predicted label distribution; a row without some of them (e.g. `PAPER_REFERENCE`) or with an undefined
+    one (None) shows "–"."""
     cells = {name: _cells(m) for name, m in rows.items()}
     name_w = max([12, *(len(name) for name in rows)])
     metric_w = max([6, *(len(c) for row in cells.values() for c in row[:4])])
@@ -305,8 +307,8 @@ def format_table(rows: dict[str, dict[str, Any]]) -> str:
 
 
 def format_markdown(rows: dict[str, dict[str, Any]]) -> str:
-    """The `format_table` rows as a Markdown table (percent, "value [low, high]" with intervals; "-" for a missing
-    value)."""
+    """The `format_table` rows as a Markdown table (percent, "value [low, high]" with intervals; "–" for a missing
+    or undefined value)."""
     head = ["variant", "sF1", "Q-F1", "BA", "typed F1", *LABELS]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join([name, *_cells(m)]) + " |" for name, m in rows.items()]

@@ -5,7 +5,9 @@ arXiv 2605.24733, whose small annotated set makes the intervals of competing ver
 over QUESTIONS, for sF1, Q-F1, BA and typed macro-F1 (`CI_METRICS`). Every resample recomputes the metrics on the
 resampled questions; to keep 1000 resamples cheap they are computed from per-question counts (`question_counts`),
 which add up over any multiset of questions, with the formulas of `evaluate.compute_metrics` (F1 = 2PR / (P + R) =
-2tp / (2tp + fp + fn), 0 for an empty denominator; BA = the mean of TPR and TNR over the classes present).
+2tp / (2tp + fp + fn); BA = the mean of TPR and TNR over the classes present). A metric that is undefined on a
+resample (`compute_metrics` gives None: sF1 / Q-F1 without any gold or predicted gap, every metric without steps) is
+left out of the interval, never scored 0; a metric undefined on every resample gets no interval.
 """
 
 from __future__ import annotations
@@ -53,32 +55,34 @@ def question_counts(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]
 
 
 def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """num / den elementwise, 0.0 where den == 0 (the metrics' convention for an empty denominator)."""
+    """num / den elementwise, 0.0 where den == 0 (a term of a sum; `_from_counts` marks undefined metrics NaN)."""
     num, den = np.asarray(num, dtype=np.float64), np.asarray(den, dtype=np.float64)
     return np.divide(num, den, out=np.zeros(np.broadcast(num, den).shape), where=den > 0)
 
 
 def _from_counts(counts: np.ndarray) -> dict[str, np.ndarray]:
     """sF1, Q-F1, BA and typed macro-F1 of summed `question_counts` `(..., 19)` (F1 = 2tp / (2tp + fp + fn), BA =
-    the mean of the rates of the classes present), each of shape `counts.shape[:-1]`. sF1 and Q-F1 are NaN where
-    2tp + fp + fn = 0 (a resample without any gold or predicted gap: undefined, so `bootstrap_interval` leaves it
-    out); typed macro-F1 keeps `compute_metrics`' 0 for an absent label, so the interval brackets the point value."""
+    the mean of the rates of the classes present), each of shape `counts.shape[:-1]`. NaN where `compute_metrics`
+    gives None: sF1 and Q-F1 where 2tp + fp + fn = 0 (a resample without any gold or predicted gap), BA and typed
+    macro-F1 without steps; `bootstrap_interval` leaves NaN out. Typed macro-F1 keeps `compute_metrics`' 0 for a label
+    neither gold nor predicted, so the interval brackets the point value."""
     c = np.moveaxis(np.asarray(counts), -1, 0)
 
     def f1(tp, fp, fn):
         return _ratio(2 * tp, 2 * tp + fp + fn)
 
-    def f1_or_nan(tp, fp, fn):  # a resample with no gold and no predicted gap has no F1: left out, not scored 0
-        den = np.asarray(2 * tp + fp + fn, dtype=np.float64)
-        return np.where(den > 0, f1(tp, fp, fn), np.nan)
+    def undefined_where_empty(value, den):  # an empty denominator: NaN, left out of the interval, not scored 0
+        return np.where(np.asarray(den) > 0, value, np.nan)
 
     pos, neg = c[0] + c[2], c[3] + c[1]
     typed = sum(f1(c[7 + 3 * k], c[8 + 3 * k], c[9 + 3 * k]) for k in range(len(TYPED_LABELS)))
     return {
-        "sF1": f1_or_nan(c[0], c[1], c[2]),
-        "Q-F1": f1_or_nan(c[4], c[5], c[6]),
-        "BA": _ratio(_ratio(c[0], pos) + _ratio(c[3], neg), (pos > 0).astype(int) + (neg > 0).astype(int)),
-        "typed_macro_f1": typed / len(TYPED_LABELS),
+        "sF1": undefined_where_empty(f1(c[0], c[1], c[2]), 2 * c[0] + c[1] + c[2]),
+        "Q-F1": undefined_where_empty(f1(c[4], c[5], c[6]), 2 * c[4] + c[5] + c[6]),
+        "BA": undefined_where_empty(
+            _ratio(_ratio(c[0], pos) + _ratio(c[3], neg), (pos > 0).astype(int) + (neg > 0).astype(int)), pos + neg
+        ),
+        "typed_macro_f1": undefined_where_empty(typed / len(TYPED_LABELS), pos + neg),
     }
 
 
@@ -104,7 +108,7 @@ def metric_intervals(
 
     Returns:
         {metric: [low, high]} (fractions, like `compute_metrics`); a metric undefined on every resample (sF1 or
-        Q-F1 where no question has a gold or a predicted gap) is left out.
+        Q-F1 where no question has a gold or a predicted gap; every metric when no question has a step) is left out.
 
     Raises:
         ValueError: no prediction, no question, mismatched shapes or an unknown gold label, or a bad `resamples` /

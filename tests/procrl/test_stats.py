@@ -1,9 +1,10 @@
-"""procrl.stats: percentile bootstrap over problems, checked against a by-hand resampling and the edge cases."""
+"""procrl.stats: percentile bootstrap over problems, checked against a by-hand resampling and the edge cases; the
+rule for a number over nothing (`ratio`, `format_estimate`, `MISSING`)."""
 
 import numpy as np
 import pytest
 
-from procrl.stats import bootstrap_interval, bootstrap_mean_interval
+from procrl.stats import MISSING, bootstrap_interval, bootstrap_mean_interval, format_estimate, ratio
 
 
 def test_matches_a_by_hand_percentile_bootstrap():
@@ -59,3 +60,32 @@ def test_mean_interval_rejects_empty_and_nan():
         bootstrap_mean_interval([])
     with pytest.raises(ValueError, match="finite"):
         bootstrap_mean_interval([0.1, float("nan")])
+
+
+@pytest.mark.parametrize(
+    ("numerator", "denominator", "expected"),
+    [
+        (3, 4, 0.75),  # 3 of 4
+        (0, 4, 0.0),  # none of 4: a measured 0 stays 0
+        (0, 0, None),  # nothing to divide: undefined, not 0
+        (2.5, 0, None),  # any numerator over an empty denominator
+    ],
+)
+def test_ratio_is_none_over_an_empty_denominator(numerator, denominator, expected):
+    assert ratio(numerator, denominator) == expected  # None == 0.0 is False: a 0 for nothing fails
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ((0.5, (0.25, 0.75)), "0.500 [0.250, 0.750]"),  # value and interval, 3 decimals
+        ((0.125, None, ".1f", 100), "12.5"),  # 12.5% without an interval
+        ((0.0, (0.0, 0.2)), "0.000 [0.000, 0.200]"),  # a measured 0 is printed as 0
+        ((0.5, (None, None)), "0.500"),  # an interval of Nones is no interval
+        ((None, None), MISSING),  # undefined: "–"
+        ((None, (0.0, 1.0)), MISSING),  # undefined, whatever the interval says
+    ],
+)
+def test_format_estimate_shows_undefined_as_a_dash(args, expected):
+    assert format_estimate(*args) == expected
+    assert MISSING == "\u2013"  # the en dash of procrl's tables

@@ -392,6 +392,22 @@ def test_judge_failures_are_counted_not_raised():
     assert "frs/score" not in report.metrics()  # nothing to log rather than NaN
 
 
+def test_no_trace_and_no_parseable_gold_give_undefined_values_not_zero():
+    empty = compute_frs([], None, FRSConfig(), progress=False)
+    # no trace: every rate and mean is over nothing (None); the counts are 0; nothing undefined is logged
+    assert [empty.score, empty.accuracy, empty.accuracy_kept, empty.selection_gain, empty.mean_confidence] == [None] * 5
+    assert set(empty.at_k.values()) == {None} and set(empty.accuracy_at_k.values()) == {None}
+    assert (empty.n_traces, empty.n_problems, empty.n_judged, empty.n_scored) == (0, 0, 0, 0)
+    assert empty.metrics() == {"frs/unscored": 0.0, "frs/judged": 0.0}
+    # 12 traces, no gold parseable: no trace has a known answer, so no accuracy anywhere (never 0)
+    traces = build_traces()
+    for t in traces:
+        t.correct = None
+    report = compute_frs(traces, None, FRSConfig(selection_gain=False), progress=False)
+    assert report.accuracy is None and set(report.accuracy_at_k.values()) == {None}
+    assert report.n_unparseable_gold == 12 and report.mean_confidence is not None  # confidence needs no gold
+
+
 def test_empty_traces_are_excluded_and_counted():
     traces = build_traces()
     traces[0].confidence, traces[0].num_tokens = None, 0

@@ -24,6 +24,7 @@ from procrl.rewards.stepgap.evaluate import (
 from procrl.rewards.stepgap.quotes import quote_candidates
 from procrl.rewards.stepgap.verifier import StepGapVerifier, step_claim
 from procrl.scripts import stepgap_eval
+from procrl.stats import MISSING
 
 SHIPPED = ev.DEFAULT_DATA
 
@@ -33,8 +34,15 @@ def test_binary_f1_by_hand():
     out = binary_f1([True, True, True, False, False], [True, False, True, True, False])
     assert (out["tp"], out["fn"], out["fp"], out["tn"]) == (2, 1, 1, 1)
     assert out["precision"] == pytest.approx(2 / 3) and out["f1"] == pytest.approx(2 / 3)
-    # nothing predicted positive: precision 0/0 -> 0, F1 -> 0 (never NaN)
-    assert binary_f1([True, False], [False, False])["f1"] == 0.0
+    # nothing predicted positive: precision 0/0 is undefined (None, never NaN or 0); recall 0/1 = 0 and
+    # F1 = 2tp / (2tp + fp + fn) = 0/1 = 0: the missed gap is a measured 0
+    missed = binary_f1([True, False], [False, False])
+    assert missed["precision"] is None and (missed["recall"], missed["f1"]) == (0.0, 0.0)
+    # no gold and no predicted positive: every rate is 0/0, undefined
+    clean = binary_f1([False, False], [False, False])
+    assert (clean["precision"], clean["recall"], clean["f1"], clean["tn"]) == (None, None, None, 2)
+    # flagged but never right: P = 0/1, R = 0/1, F1 = 0/2: all genuinely 0
+    assert binary_f1([True, False], [False, True])["f1"] == 0.0
     with pytest.raises(ValueError):
         binary_f1([True], [])
 
@@ -47,7 +55,7 @@ def test_balanced_accuracy_by_hand():
     # the "Q-F1 trap": flag everything -> TPR 1, TNR 0 -> BA 0.5
     assert balanced_accuracy([True, False, False, False], [True] * 4) == 0.5
     assert balanced_accuracy([True, True], [True, False]) == 0.5  # one class present: its recall
-    assert balanced_accuracy([], []) == 0.0
+    assert balanced_accuracy([], []) is None  # no step: no class present, undefined (it used to be 0.0)
 
 
 def test_compute_metrics_by_hand():
@@ -114,11 +122,37 @@ def test_random_baseline_with_one_gold_label_equals_the_constant():
 def test_tables_show_missing_values_as_dashes():
     rows = {"all-NONE": ev.baselines(GOLD, draws=1)["all-NONE"], "paper (ref)": ev.PAPER_REFERENCE}
     text = ev.format_table(rows)
-    assert text.splitlines()[3].split() == ["paper", "(ref)", "72.0", "81.2", "60.6", "-", "-", "-", "-", "-", "-"]
+    assert text.splitlines()[3].split() == ["paper", "(ref)", "72.0", "81.2", "60.6", *[MISSING] * 6]
     assert text.splitlines()[2].split()[:5] == ["all-NONE", "0.0", "0.0", "50.0", "16.7"]
     md = ev.format_markdown(rows).splitlines()
     assert md[0] == "| variant | sF1 | Q-F1 | BA | typed F1 | NONE | CC | IE | MB | ERROR |"
     assert md[2] == "| all-NONE | 0.0 | 0.0 | 50.0 | 16.7 | 100.0% | 0.0% | 0.0% | 0.0% | 0.0% |"
+
+
+def test_undefined_metrics_are_none_and_shown_as_dashes():
+    # gap-free gold, nothing flagged: sF1 and Q-F1 are 0/0 (undefined); BA is the TNR 3/3; typed: NONE P = R = 1,
+    # CC/IE/MB neither gold nor predicted (no F1, counted 0 in the fixed-label mean): 1/4
+    clean = compute_metrics([["NONE", "NONE"], ["NONE"]], [["NONE", "NONE"], ["NONE"]])
+    assert (clean["sF1"], clean["step_precision"], clean["step_recall"], clean["Q-F1"]) == (None, None, None, None)
+    assert clean["BA"] == 1.0 and clean["typed_macro_f1"] == 0.25 and clean["per_label"]["CC"]["f1"] is None
+    # questions without steps: every rate and share is over nothing, the counts are 0
+    empty = compute_metrics([[], []], [[], []])
+    assert [empty[k] for k in ("sF1", "Q-F1", "BA", "typed_macro_f1")] == [None] * 4
+    assert set(empty["label_distribution"].values()) == {None} and (empty["n_steps"], empty["n_questions"]) == (0, 2)
+    # ... and no resample has a defined metric: no interval at all (BA and typed F1 used to get [0, 0])
+    assert ev.metric_intervals([[], []], [[[], []]], resamples=20) == {}
+    row = ev.format_table({"clean": clean}).splitlines()[2].split()
+    assert row[:5] == ["clean", MISSING, MISSING, "100.0", "25.0"]  # "–", never 0.0
+    assert ev.format_markdown({"empty": empty}).splitlines()[2] == "| empty | " + " | ".join([MISSING] * 9) + " |"
+
+
+def test_baselines_on_gap_free_gold_leave_undefined_values_out():
+    base = ev.baselines([["NONE", "NONE"], ["NONE"]], draws=5)
+    # all-IE flags 3 steps, none a gap: P = 0/3, F1 = 0/3: a measured 0; its recall 0/0 is undefined
+    assert (base["all-IE"]["sF1"], base["all-IE"]["step_recall"]) == (0.0, None)
+    # random draws from the gold shares: NONE only, so sF1 is undefined on every draw: mean and std None, not 0
+    assert base["random"]["sF1"] is None and base["random"]["std"]["sF1"] is None
+    assert (base["random"]["BA"], base["random"]["std"]["BA"]) == (1.0, 0.0)  # TNR 1 on every draw
 
 
 def test_typed_report_perfect():
@@ -382,7 +416,7 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     table = (out / "table.md").read_text()
     for row in ("full", "-A", "-E", "all-NONE", "all-IE", "random", "paper (ref)"):
         assert f"\n{row} " in printed and f"| {row} |" in table
-    assert "| paper (ref) | 72.0 | 81.2 | 60.6 | - |" in table
+    assert f"| paper (ref) | 72.0 | 81.2 | 60.6 | {MISSING} |" in table  # not reported: "–"
     assert "mean over 20 draws" in printed and "Q-F1 inflation check" in table
     assert "| full | 100.0 [100.0, 100.0] |" in table
     # a threshold outside (0, 1] is a usage error (exit 2), before any judge is opened

@@ -46,7 +46,7 @@ def test_offline_frs_writes_json_and_plot(tmp_path, tiny_model_dir, capsys):
     assert all(t["num_tokens"] <= 6 and 0.0 <= t["confidence"] <= 1.0 for t in result["traces"])
     assert result["settings"]["temperature"] == 0.7 and result["settings"]["n_traces"] == 4
     assert (out / "frs.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "FRS@10: n/a" in capsys.readouterr().out
+    assert "FRS@10: –" in capsys.readouterr().out  # undefined (nothing scored), never 0
     # a second run reads nothing from the cache (failures are not cached) and reproduces the same traces
     main(["--model", str(tiny_model_dir), "--end", "3", "--n", "4", "--max-new-tokens", "6", "--batch-size", "6", "--judge", "none",
           "--generation-backend", "transformers", "--output-dir", str(tmp_path / "again"), "--no-progress"])  # fmt: skip

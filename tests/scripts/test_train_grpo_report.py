@@ -1,7 +1,8 @@
 """The report `train_grpo.py` prints (`procrl.scripts.train_grpo.format_summary`): model, data, steps, rewards, the
 before/after table (`procrl.reporting.format_table`) and the files."""
 
-from procrl.scripts.train_grpo import format_summary
+from procrl.scripts.train_grpo import format_summary, run_metrics
+from procrl.stats import MISSING
 
 
 def test_run_report_names_the_rewards_the_table_and_the_files():
@@ -34,3 +35,21 @@ def test_without_evaluation_there_is_no_table_and_wandb_gets_a_sync_line():
         "total wall time: 0.5 min",
         "sync later with: wandb sync wandb/run-1",
     ]
+
+
+def test_an_empty_eval_set_is_reported_as_undefined_not_zero():
+    # `evaluate` on no problem: n = 0, every rate and mean None
+    rates = ("accuracy", "ci_low", "ci_high", "mean_reward", "mean_length", "truncated_frac")
+    empty = {"name": "svamp[0:0]", "n": 0, **dict.fromkeys(rates), "wall_time_s": 0.1}
+    summary = {
+        "model": "m", "train": {"dataset": "d[0:4]", "steps": 1, "wall_time_s": 1.0, "reward_funcs": ["em"],
+                                "reward_weights": [1.0]},
+        "before": [empty], "after": [empty], "log_history": [], "total_wall_time_s": 30.0,
+    }  # fmt: skip
+    # the record keeps the counts (0 of 0) and leaves the undefined accuracies out, so a report shows "–"
+    counts = {"correct": 0, "n": 0}
+    assert run_metrics(summary) == {
+        f"{prefix}{k}": v for prefix in ("eval/svamp[0:0]/", "task/") for k, v in counts.items()
+    }
+    rows = [line.split() for line in format_summary(summary).splitlines() if line.startswith("svamp[0:0]")]
+    assert rows == [["svamp[0:0]", stage, MISSING, MISSING, MISSING, MISSING, "0.1"] for stage in ("before", "after")]

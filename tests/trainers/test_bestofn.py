@@ -10,6 +10,8 @@ import math
 
 import pytest
 
+from procrl.scripts.bestofn import run_metrics
+from procrl.stats import MISSING
 from procrl.trainers.bestofn import (
     Samples,
     bestofn_curves,
@@ -74,6 +76,7 @@ def at(result, method, k) -> float:
         (["5", "4", "4", "5"], 0),  # tie again, now "5" is seen first
         ([None, "7", "3", "3"], 2),  # None does not vote
         ([None, None], None),  # nobody answered
+        ([r"\frac{1}{2}", "0.5", "1/2", "3", "3"], 0),  # three spellings of 1/2 (3 votes) beat 3 (2 votes)
     ],
 )
 def test_pick_majority(answers, expected):
@@ -223,6 +226,17 @@ def test_every_method_at_k_equal_n_by_hand(samples):
     json.dumps(result)  # json-safe
 
 
+def test_majority_counts_answers_not_spellings(tmp_path):
+    # gold 1/2: the outcome check grades \frac{1}{2}, 0.5 and 1/2 correct and 3 wrong. Voting by answer, 1/2 has
+    # 3 of 5 votes, so majority@5 picks a correct sample: 1.0 (counting strings, "3" would win 2:1:1:1 -> 0.0).
+    answers = [r"\frac{1}{2}", "0.5", "1/2", "3", "3"]
+    rows = {"half": [(a, a != "3", 10, None, None) for a in answers]}
+    samples = load_reports([write(tmp_path / "r.json", report(columns=(), greedy=False, rows=rows))])
+    result = bestofn_curves(samples, [5], subsets=1, resamples=10)
+    assert result["per_problem"]["majority"]["5"] == [1.0]
+    assert at(result, "random", 5) == pytest.approx(3 / 5)  # the same samples: 3 of 5 correct
+
+
 def test_subsets_are_shared_by_the_methods(samples):
     result = bestofn_curves(samples, [1, 2, 3], subsets=16, resamples=50)
     per = result["per_problem"]
@@ -328,6 +342,21 @@ def test_table_and_plot(samples, tmp_path):
     assert auroc_row.endswith("| 2 |")
     png = plot_bestofn(result, tmp_path / "plots" / "curves.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_problem_gives_undefined_points_not_zero(tmp_path):
+    # every problem left out (unparseable gold): nothing to average at any k
+    empty = Samples(problems=[], n=4, unparseable_gold=2, reports=["r.json"])
+    result = bestofn_curves(empty, [1, 4], subsets=8, resamples=50)
+    assert result["problems"] == 0 and result["methods"] == ["random", "majority", "longest", "pass@k"]  # no greedy
+    undefined = [{"k": 1, "accuracy": None, "ci_low": None, "ci_high": None}, {"k": 4, "accuracy": None,
+                 "ci_low": None, "ci_high": None}]  # fmt: skip
+    assert all(points == undefined for points in result["curves"].values())  # None, not 0 [0, 0]
+    assert result["auroc"]["longest"] == {"auroc": None, "problems": 0, "ci_low": None, "ci_high": None}
+    assert f"| random | {MISSING} | {MISSING} |" in bestofn_table(result).splitlines()
+    assert plot_bestofn(result, tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"  # nothing drawn, no crash
+    # the run record keeps the counts and leaves the undefined values out
+    assert run_metrics(result) == {"bestofn/problems": 0, "bestofn/unparseable_gold": 2}
 
 
 def test_a_candidate_without_an_integer_num_tokens_is_refused(tmp_path):

@@ -14,9 +14,10 @@ from procrl.generation import Rollout
 from procrl.rewards.outcome import extract_answer
 from procrl.rewards.picsar import PiCSARScorer
 from procrl.rewards.pum import PrefixUtilityModel
+from procrl.stats import MISSING
 from procrl.trainers import selection_scorers
 from procrl.trainers.beam_search import BeamConfig
-from procrl.trainers.offline import Setup
+from procrl.trainers.offline import Setup, accuracy, format_accuracy_table
 from procrl.trainers.selection import (
     SCORERS,
     SelectConfig,
@@ -44,6 +45,14 @@ from procrl.trainers.selection_scorers import Candidates, ScoringContext, load_e
         ([None, "7", "3", "3"], 2),  # None does not vote
         ([None, None], None),  # nobody answered
         (["12"], 0),
+        # answers group as the outcome check grades them: {0, 1, 2} are all 1/2 (3 votes) against 3 (2 votes)
+        ([r"\frac{1}{2}", "0.5", "1/2", "3", "3"], 0),
+        (["5", "5.0", "+5", "7", "7"], 0),  # 5 = 5.0 = +5 (3 votes) beat 7 (2 votes)
+        (["5", "7", "7", "5.0"], 0),  # 5 and 7 tie 2:2 -> the class whose first member comes first (5, index 0)
+        (["1/4", "-0.25", r"-\frac{1}{4}"], 1),  # the sign counts: -1/4 (2 votes, first at index 1) beats 1/4
+        ([None, "2", None, "x+1", "1+x", "2.0", "1 + x"], 3),  # x+1 (3 votes, math-verify) beats 2 (2); None skipped
+        ([None, "3", r"\sqrt{9}", "4", "4"], 1),  # sqrt(9) is 3: 3 and 4 tie 2:2, 3 first (index 1)
+        (["monday", "Monday", "Monday"], 1),  # prose groups only by identical strings: "Monday" 2 votes, index 1
     ],
 )
 def test_select_majority(answers, expected):
@@ -70,6 +79,34 @@ def test_select_random_is_seeded_per_key():
     assert picks != [select_random(8, 1, f"svamp/{i}") for i in range(50)]  # the seed matters
     with pytest.raises(ValueError):
         select_random(0, 0, "x")
+
+
+@pytest.mark.parametrize(
+    ("correct", "picks", "expected", "interval"),
+    [
+        # 2 scorable problems (the third has no parseable gold), 1 right pick, 1 abstention: 1/2; Wilson with
+        # z = 1.96: centre 0.5, half z * sqrt(1/8 + z²/16) / (1 + z²/2) = 0.4055
+        ([[True, False], [False, False], None], [0, None, 1], (0.5, 1, 2, 1), (0.0945, 0.9055)),
+        # the one pick is wrong: a measured 0 stays 0; Wilson 0/1 = [0, z² / (1 + z²)]
+        ([[False, True]], [0], (0.0, 0, 1, 0), (0.0, 0.7935)),
+        # no parseable gold anywhere: nothing to score, so no accuracy and no interval (it used to be 0 [0, 0])
+        ([None, None], [0, 1], (None, 0, 0, 0), None),
+        ([], [], (None, 0, 0, 0), None),  # no problem at all
+    ],
+)
+def test_accuracy_of_one_pick_per_problem(correct, picks, expected, interval):
+    r = accuracy(correct, picks)
+    assert (r["accuracy"], r["correct"], r["total"], r["abstained"]) == expected
+    if interval is None:
+        assert r["ci_low"] is None and r["ci_high"] is None
+    else:
+        assert (r["ci_low"], r["ci_high"]) == pytest.approx(interval, abs=1e-4)
+
+
+def test_accuracy_table_shows_an_undefined_accuracy_as_a_dash():
+    rows = format_accuracy_table({"pum": accuracy([[False]], [0]), "majority": accuracy([None], [0])}).splitlines()
+    assert rows[2].split() == ["pum", "0.000", "[0.000,", "0.793]", "0/1", "0"]  # a measured 0
+    assert rows[3].split() == ["majority", MISSING, "0/0", "0"]  # nothing scored: "–", never 0.000
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from trl import get_peft_config
 
 from procrl.models import load_policy
 from procrl.reporting import finish_wandb_run, plot_curves
+from procrl.stats import format_estimate
 from procrl.trainers.callbacks import add_frs_callback
 from procrl.trainers.evaluation import evaluate
 from procrl.trainers.grpo import ProcessGRPOTrainer
@@ -126,7 +127,7 @@ def _run(job: Any, make_rewards: Callable[[Any], RewardSet], stack: contextlib.E
         results = []
         for label, data, tokens in task.eval_sets:
             result = evaluate(policy, tokenizer, data, name=label, max_new_tokens=tokens, engine=engine, **eval_kwargs)
-            logger.info("%s %s: accuracy %.3f", stage, label, result.accuracy)
+            logger.info("%s %s: accuracy %s", stage, label, format_estimate(result.accuracy))  # "–": no problem
             results.append(result.to_dict())
         return results
 
