@@ -23,9 +23,11 @@ from procrl.utils import get_logger, json_safe
 logger = get_logger(__name__)
 
 __all__ = [
+    "NATIVE_BF16_FLAGS",
     "PACKAGES",
     "VARIANT_ENV",
     "config_record",
+    "cpu_bf16_feature",
     "git_info",
     "machine_info",
     "mask_argv",
@@ -40,6 +42,7 @@ GIT_TIMEOUT_S = 10.0
 PACKAGES = ("procrl", "torch", "transformers", "trl", "vllm", "accelerate", "peft", "datasets", "wandb")
 _SECRET_WORDS = ("token", "key", "secret", "password")
 MASK = "<masked>"
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs that compute bf16 matmuls natively
 
 
 def config_record(configs: Iterable[Any]) -> dict[str, dict]:
@@ -143,7 +146,8 @@ def _version(distribution: str) -> str | None:
 
 
 def machine_info() -> dict[str, Any]:
-    """platform, python version, CPU model (/proc/cpuinfo "model name", else `platform.processor()`), CPU count,
+    """platform, python version, CPU model (/proc/cpuinfo "model name", else `platform.processor()`), the CPU's native
+    bf16 feature (`cpu_bf16_feature`: "amx_bf16", "avx512_bf16" or None), CPU count,
     GPU names (CUDA devices, only when torch is already imported: torch is never imported for this) and the world
     size (`WORLD_SIZE`, default 1)."""
     gpus: list[str] = []
@@ -162,10 +166,36 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "cpu": _cpu_model(),
+        "cpu_bf16": cpu_bf16_feature(),
         "cpu_count": os.cpu_count(),
         "gpus": gpus,
         "world_size": world_size,
     }
+
+
+def cpu_bf16_feature(cpuinfo: str | None = None) -> str | None:
+    """The CPU feature that computes bf16 natively here: "amx_bf16" (Intel AMX) or "avx512_bf16" (AVX512-BF16, e.g.
+    AMD EPYC Zen 4), else None (an AVX2-only CPU emulates bf16 and runs it slower than fp32; no /proc/cpuinfo, i.e.
+    not Linux, also gives None).
+
+    Args:
+        cpuinfo: the text of /proc/cpuinfo (default: read it).
+
+    >>> cpu_bf16_feature("flags\t: fpu avx2 avx512f avx512_bf16")
+    'avx512_bf16'
+    >>> cpu_bf16_feature("flags\t: fpu avx2") is None
+    True
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="ignore")
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return next((flag for flag in NATIVE_BF16_FLAGS if flag in flags), None)
 
 
 def _cpu_model() -> str:

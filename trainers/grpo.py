@@ -51,13 +51,13 @@ TRL stops calling them.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
 from procrl.rewards.outcome import outcome_reward
 from procrl.step_rewards import StepRewards
 from procrl.trainers.advantages import (
@@ -73,6 +73,7 @@ from procrl.trainers.hacking import correlation, repetition_rate
 from procrl.trainers.monitoring import MonitorArguments, TrainingMonitor, log_batch_monitors, step_reward_columns
 from procrl.trainers.rollout import ProcessRollout
 from procrl.trainers.vllm_colocate import GenerationBackendArguments, finish_vllm_setup, trl_llm_overrides
+from procrl.trainers.vllm_rollout import resolve_importance_sampling
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -96,9 +97,9 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
     """`GRPOConfig` with defaults that work on a CPU-only machine and procrl's reward aggregation.
 
     Differences from TRL's defaults:
-    - `bf16`: None resolves to True only when a CUDA GPU supports bf16 (and neither `fp16` nor `use_cpu` is set),
-      else False; TRL resolves None to True, which raises on a CPU-only machine. An explicit value is left to
-      transformers' own validation.
+    - `bf16`: "auto" = bf16 autocast where the hardware computes bf16 natively, else fp32
+      (`procrl.generation.runtime.resolve_bf16`); TRL's None means True, which is slow on an AVX2-only CPU.
+    - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`vllm_rollout`).
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (DESIGN §3).
 
@@ -111,11 +112,14 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
         ValueError, ImportError: see the fields' checks (`GenerationBackendArguments.resolve_generation_backend`).
     """
 
-    bf16: bool | None = field(
+    bf16: str = field(default="auto", metadata={"help": BF16_HELP})
+    vllm_importance_sampling_correction: bool | None = field(
         default=None,
         metadata={
-            "help": "bf16 mixed precision. None (default): on when a CUDA GPU supports bf16 and neither fp16 nor "
-            "use_cpu is set, off otherwise (CPU)."
+            "help": "TRL's importance-sampling correction of vLLM samples (one extra no-grad policy forward a step). "
+            "null (default) = auto: off where the sampler is the policy itself (colocated CPU engine, fp32 policy and "
+            "engine, only temperature changes the distribution), on elsewhere (bf16/fp16, a GPU or server engine, "
+            "top-p/top-k/min-p/penalties, constraints). true/false forces it."
         },
     )
     multi_objective_aggregation: str = field(
@@ -154,10 +158,7 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
             raise ValueError(f"process_alpha={self.process_alpha} must be finite and >= 0 (e.g. process_alpha: 1.0).")
         self.resolve_generation_backend()
         self.check_monitor_arguments()
-        if self.bf16 is None:
-            use_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-            gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-            self.bf16 = bool(gpu_bf16 and not self.fp16 and not use_cpu)
+        resolve_config_bf16(self)
         super().__post_init__()
 
 
@@ -192,9 +193,9 @@ class ProcessGRPOTrainer(GRPOTrainer):
                     "use them with a plain GRPOTrainer or pass your own rollout_func."
                 )
             rollout_func = ProcessRollout()
-        with trl_llm_overrides(
-            args_obj, kwargs.get("model", args[0] if args else None)
-        ):  # CPU build: eager engine, explicit KV cache (vllm_colocate)
+        model = kwargs.get("model", args[0] if args else None)
+        resolve_importance_sampling(args_obj, model)  # auto (None): off where the sampler is the policy
+        with trl_llm_overrides(args_obj, model):  # CPU build: eager engine, explicit KV cache (vllm_colocate)
             super().__init__(*args, rollout_func=rollout_func, **kwargs)
         finish_vllm_setup(self)  # re-seed after TRL's LLM(seed=...); CPU weight sync through reload_weights
         self.outcome_func = outcome_func

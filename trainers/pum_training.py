@@ -35,7 +35,6 @@ import codecs
 import copy
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +45,7 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_
 from trl import RewardConfig, RewardTrainer, get_peft_config
 
 from procrl.deprecation import moved_names
+from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
 from procrl.models import resolve_model
 from procrl.rewards.pum import PUM_CONFIG_NAME, PrefixUtilityModel
 from procrl.rewards.steps import DEFAULT_SEPARATOR
@@ -138,8 +138,9 @@ class PUMScriptArguments:
 class PUMTrainingConfig(RewardConfig):
     """`trl.RewardConfig` with defaults that train the shipped pairs in a few minutes on CPU.
 
-    `bf16: null` resolves to True only when a CUDA GPU supports bf16 and neither `fp16` nor `use_cpu` is set
-    (TRL resolves it to True, which raises on a CPU-only machine); an explicit value is left to transformers.
+    `bf16: auto` (`procrl.generation.runtime.resolve_bf16`) = bf16 autocast where the hardware computes bf16
+    natively (a CUDA GPU that supports it, a CPU with AMX or AVX512-BF16), fp32 elsewhere; an explicit true/false is
+    left to transformers.
     Other defaults that differ from TRL's: `output_dir` outputs/pum, `learning_rate` 1e-5 (a full fine-tune of a
     small model; TRL's 1e-4 suits LoRA), 1 epoch, activation checkpointing off (it only slows a 135M model),
     a log line every 5 steps.
@@ -163,19 +164,10 @@ class PUMTrainingConfig(RewardConfig):
     logging_steps: float = field(
         default=5, metadata={"help": "Log every N optimizer steps (a float < 1 is a fraction of the steps)."}
     )
-    bf16: bool | None = field(
-        default=None,
-        metadata={
-            "help": "bf16 mixed precision. null (default): on when a CUDA GPU supports bf16 and neither fp16 nor "
-            "use_cpu is set, off otherwise (CPU)."
-        },
-    )
+    bf16: str = field(default="auto", metadata={"help": BF16_HELP})
 
     def __post_init__(self):
-        if self.bf16 is None:
-            use_cpu = self.use_cpu or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
-            gpu_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-            self.bf16 = bool(gpu_bf16 and not self.fp16 and not use_cpu)
+        resolve_config_bf16(self)
         super().__post_init__()
 
 

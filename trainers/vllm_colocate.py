@@ -51,6 +51,8 @@ __all__ = [
     "GenerationBackendArguments",
     "auto_generation_backend",
     "colocate_engine",
+    "colocated",
+    "engine_dtype",
     "finish_vllm_setup",
     "trl_llm_overrides",
 ]
@@ -157,7 +159,8 @@ HF_ONLY_GENERATION_KWARGS = {
 }
 
 
-def _colocated(args) -> bool:
+def colocated(args) -> bool:
+    """Whether `args` put TRL's vLLM engine in this process (`use_vllm` with `vllm_mode: colocate`)."""
     return bool(getattr(args, "use_vllm", False)) and getattr(args, "vllm_mode", "colocate") == "colocate"
 
 
@@ -169,15 +172,13 @@ def trl_llm_overrides(args, model=None):
     `enforce_eager=True` and an explicit KV cache of `args.vllm_kv_cache_gib` GiB (module doc: no inductor compile, no
     `gpu_memory_utilization` RAM check). TRL's `LLM` name is restored on exit. Also makes vLLM run in-process
     (`import_vllm`). A no-op without `use_vllm` and in server mode."""
-    if not _colocated(args):
+    if not colocated(args):
         yield
         return
     import_vllm()  # VLLM_ENABLE_V1_MULTIPROCESSING=0: the engine core lives in this (trainer) process
     on_cpu = vllm_on_cpu()
     extra = {}
-    dtype = getattr(args, "vllm_dtype", "auto")
-    if dtype == "auto" and on_cpu and isinstance(model, torch.nn.Module):
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    dtype = engine_dtype(args, model) if on_cpu else getattr(args, "vllm_dtype", "auto")
     if dtype != "auto":
         extra["dtype"] = dtype
     if on_cpu:
@@ -200,6 +201,19 @@ def trl_llm_overrides(args, model=None):
         yield
     finally:
         trl_vllm_generation.LLM = original
+
+
+def engine_dtype(args, model=None) -> str:
+    """The colocated CPU engine's dtype: `args.vllm_dtype` when set; "auto" = "bfloat16" when the policy trains in
+    bf16 autocast (`args.bf16`, resolved), else the dtype of `model`'s parameters ("auto" without a model)."""
+    dtype = getattr(args, "vllm_dtype", "auto")
+    if dtype != "auto":
+        return dtype
+    if getattr(args, "bf16", False) is True:
+        return "bfloat16"
+    if isinstance(model, torch.nn.Module):
+        return str(next(model.parameters()).dtype).removeprefix("torch.")
+    return "auto"
 
 
 def finish_vllm_setup(trainer) -> None:

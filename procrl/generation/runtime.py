@@ -12,8 +12,36 @@ from typing import Any
 import torch
 from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
+from transformers.utils.generic import strtobool
 
-__all__ = ["default_device", "default_state", "derive_seed", "resolve_dtype", "stable_hash", "weights_fingerprint"]
+from procrl.provenance import cpu_bf16_feature
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "CPU_BF16_ENV",
+    "BF16_HELP",
+    "cpu_bf16",
+    "default_device",
+    "default_state",
+    "derive_seed",
+    "resolve_bf16",
+    "resolve_config_bf16",
+    "resolve_dtype",
+    "stable_hash",
+    "weights_fingerprint",
+]
+
+# "1"/"0" force bf16 on/off on a CPU; unset or "auto" = the CPU's own features. The test suite sets "0" so that no test
+# depends on the CPU it runs on.
+CPU_BF16_ENV = "PROCRL_CPU_BF16"
+BF16_HELP = (
+    "bf16 mixed precision: 'auto' (default) = bf16 autocast with fp32 master weights where the hardware computes bf16 "
+    "natively (a CUDA GPU that supports it; a CPU with AMX or AVX512-BF16), fp32 elsewhere (an AVX2-only CPU runs "
+    "bf16 slower than fp32); true or false forces it. PROCRL_CPU_BF16=1|0 overrides the CPU check. The resolved "
+    "value is logged and recorded in run.json (config and machine.cpu_bf16)."
+)
 
 DTYPES = {
     "float32": torch.float32,
@@ -43,8 +71,73 @@ def default_device() -> torch.device:
     return torch.device("cpu")
 
 
+def cpu_bf16(cpuinfo: str | None = None) -> tuple[bool, str]:
+    """Whether "auto" means bf16 on this CPU, and why: `PROCRL_CPU_BF16=1|0` decides when set, else a native bf16
+    feature (`cpu_bf16_feature`) does.
+
+    Raises:
+        ValueError: `PROCRL_CPU_BF16` is set to something other than 1, 0 or auto.
+    """
+    forced = os.environ.get(CPU_BF16_ENV, "auto").strip().lower()
+    if forced in ("1", "0"):
+        return forced == "1", f"{CPU_BF16_ENV}={forced}"
+    if forced not in ("", "auto"):
+        raise ValueError(f"{CPU_BF16_ENV}={forced!r}: use 1 (bf16), 0 (fp32) or auto (the CPU's features decide).")
+    feature = cpu_bf16_feature(cpuinfo)
+    if feature is None:
+        return False, "CPU without native bf16 (no amx_bf16 or avx512_bf16 flag): fp32"
+    return True, f"CPU with native bf16 ({feature})"
+
+
+def resolve_bf16(bf16: bool | str | None, *, fp16: bool = False, use_cpu: bool = False) -> tuple[bool, str]:
+    """`bf16: auto` of procrl's training configs: (bf16 autocast on?, why), logged and recorded by the callers.
+
+    "auto" (or None): on a CUDA GPU (unless `use_cpu`), bf16 when the GPU supports it (transformers' autocast); on a
+    CPU, bf16 autocast with fp32 master weights where the CPU computes bf16 natively (`cpu_bf16`), fp32 elsewhere;
+    never together with `fp16`. True/False (or a word transformers' `strtobool` reads: "true", "no", ...) is
+    kept as given.
+
+    Raises:
+        ValueError: a value that is neither "auto", None, a bool nor a bool word.
+
+    >>> resolve_bf16("false")
+    (False, 'set explicitly')
+    >>> resolve_bf16("auto", fp16=True)
+    (False, 'fp16 is on')
+    """
+    if isinstance(bf16, str) and bf16.strip().lower() != "auto":
+        try:
+            bf16 = bool(strtobool(bf16.strip()))
+        except ValueError as error:
+            raise ValueError(f"bf16={bf16!r}: use auto (default), true or false.") from error
+    if isinstance(bf16, bool):
+        return bf16, "set explicitly"
+    if bf16 is not None and bf16 != "auto":
+        raise ValueError(f"bf16={bf16!r}: use auto (default), true or false.")
+    if fp16:
+        return False, "fp16 is on"
+    if torch.cuda.is_available() and not use_cpu:
+        supported = torch.cuda.is_bf16_supported()
+        return supported, "CUDA GPU " + ("with bf16" if supported else "without bf16: fp32")
+    return cpu_bf16()
+
+
+def resolve_config_bf16(args: Any) -> None:
+    """Resolve a training config's `bf16` in place (`resolve_bf16` with its `fp16`, and `use_cpu` or
+    ACCELERATE_USE_CPU) and log the choice; call it in `__post_init__` before transformers' own checks. When "auto"
+    picks bf16 on a CPU, `use_cpu` is set too: transformers accepts bf16 without a GPU only then
+    (transformers/training_args.py:1776-1780, 5.x), and accelerate then autocasts on the CPU."""
+    use_cpu = bool(getattr(args, "use_cpu", False)) or parse_flag_from_env("ACCELERATE_USE_CPU")
+    auto = args.bf16 is None or (isinstance(args.bf16, str) and args.bf16.strip().lower() == "auto")
+    args.bf16, reason = resolve_bf16(args.bf16, fp16=bool(getattr(args, "fp16", False)), use_cpu=use_cpu)
+    if auto and args.bf16 and (use_cpu or not torch.cuda.is_available()):
+        args.use_cpu = True
+    logger.info("bf16 %s: %s", "on" if args.bf16 else "off", reason)
+
+
 def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
-    """A torch dtype from a name: "auto" is bfloat16 on a GPU that supports it, else float16 on GPU, float32 on CPU.
+    """A torch dtype from a name: "auto" is bfloat16 on a GPU that supports it, else float16 on GPU; on a CPU
+    bfloat16 where it computes bf16 natively (`cpu_bf16`), else float32.
 
     Raises:
         ValueError: a name that is neither "auto" nor one of `DTYPES`.
@@ -54,7 +147,7 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     if dtype == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
+        return torch.bfloat16 if cpu_bf16()[0] else torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}.")
     return DTYPES[dtype]
