@@ -4,6 +4,7 @@ objects named by dotted path."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import math
 import os
@@ -75,6 +76,28 @@ def check_reward_length(name: str, values: Sequence[Any], expected: int) -> list
             "it must return exactly one value (float or None) per completion."
         )
     return values
+
+
+def reads_completion_logps(func: Any) -> bool:
+    """Whether a reward function or step scorer consumes the rollout's raw log-probs (`completion_logps`), so that
+    procrl's rollout computes them (on vLLM with a tempered sampler that is one extra scoring pass a step).
+
+    The rule: the callable's `needs_logps` attribute when it has one; else whether its signature names a
+    `completion_logps` parameter. A function that reads them from `**kwargs` must set `needs_logps = True`, or the
+    rollout may leave the field out. A callable whose signature cannot be read counts as a reader.
+
+    >>> def outcome(completions, answer, **kwargs): ...
+    >>> def confidence(completions, completion_logps=None, **kwargs): ...
+    >>> reads_completion_logps(outcome), reads_completion_logps(confidence)
+    (False, True)
+    """
+    declared = getattr(func, "needs_logps", None)
+    if declared is not None:
+        return bool(declared)
+    try:
+        return "completion_logps" in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return True
 
 
 def import_object(path: str) -> Any:

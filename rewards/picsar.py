@@ -88,6 +88,7 @@ class PiCSARScorer:
     """
 
     __name__ = "picsar_bonus"
+    needs_logps = True  # the reasoning term reads the rollout's raw log-probs (procrl.utils.reads_completion_logps)
 
     def __init__(
         self,

@@ -28,7 +28,7 @@ from trl.models import unwrap_model_for_generation
 from procrl.deprecation import moved_names
 from procrl.generation import generate_completions, render_prompts
 from procrl.trainers.vllm_rollout import colocate_rollout, search_rollout, server_rollout
-from procrl.utils import get_logger
+from procrl.utils import get_logger, reads_completion_logps
 
 logger = get_logger(__name__)
 
@@ -50,6 +50,13 @@ __getattr__ = moved_names(
 )
 
 
+def needs_completion_logps(trainer) -> bool:
+    """Whether any of the trainer's reward functions or its step scorer reads `completion_logps`
+    (`procrl.utils.reads_completion_logps`): the vLLM rollouts compute raw log-probs only then."""
+    funcs = [*getattr(trainer, "reward_funcs", []), getattr(trainer, "step_reward_func", None)]
+    return any(reads_completion_logps(func) for func in funcs if func is not None)
+
+
 class ProcessRollout:
     """The `rollout_func` procrl passes to TRL: generation with log-probs kept for the rewards.
 
@@ -67,7 +74,10 @@ class ProcessRollout:
     log-probs of environment tokens are 0.0. `max_completion_length` then bounds model + environment tokens.
 
     With `trainer.use_vllm` it generates on vLLM (`procrl.trainers.vllm_rollout`: `colocate_rollout`,
-    `server_rollout`, `search_rollout`; search episodes need colocate mode) with TRL's vLLM sampling settings.
+    `server_rollout`, `search_rollout`; search episodes need colocate mode) with TRL's vLLM sampling settings. There
+    raw log-probs that vLLM does not hand out for free (a tempered sampler: one rescoring pass; a server: one policy
+    forward) are computed only when a reward function or the step scorer reads them (`needs_completion_logps`);
+    otherwise `completion_logps` is left out (or holds only the free ones, search episodes).
 
     Args:
         env: None (default) = single-turn generation, exactly as before; else the search environment.
@@ -94,17 +104,18 @@ class ProcessRollout:
         tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor wraps its tokenizer
         prompt_ids = render_prompts(tokenizer, prompts, getattr(trainer, "chat_template_kwargs", None))
         if getattr(trainer, "use_vllm", False):
+            raw_logps = needs_completion_logps(trainer)
             if trainer.vllm_mode == "server":
                 if self.env is not None:
                     raise NotImplementedError(
                         "search episodes need a local engine: use vllm_mode: colocate, or generation_backend: "
                         "transformers."
                     )
-                return server_rollout(trainer, prompt_ids)
+                return server_rollout(trainer, prompt_ids, raw_logps=raw_logps)
             call = self._next_call(trainer)
             if self.env is not None:
-                return search_rollout(self.env, trainer, prompts, prompt_ids, call)
-            return colocate_rollout(trainer, prompt_ids, call)
+                return search_rollout(self.env, trainer, prompts, prompt_ids, call, raw_logps=raw_logps)
+            return colocate_rollout(trainer, prompt_ids, call, raw_logps=raw_logps)
         with unwrap_model_for_generation(
             trainer.model_wrapped,
             trainer.accelerator,

@@ -25,14 +25,22 @@ from __future__ import annotations
 from trl.extras.profiling import profiling_context
 from trl.models import unwrap_model_for_generation
 
-from procrl.generation import SamplingParams, derive_seed, import_vllm
+from procrl.generation import SamplingParams, derive_seed, import_vllm, vllm_on_cpu
 from procrl.logprobs import sequence_logps
-from procrl.trainers.vllm_colocate import colocate_engine
+from procrl.trainers.vllm_colocate import colocate_engine, colocated, engine_dtype
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["colocate_rollout", "policy_logps", "row_seeds", "sampler_is_raw", "server_rollout", "trl_sampling_fields"]
+__all__ = [
+    "colocate_rollout",
+    "policy_logps",
+    "resolve_importance_sampling",
+    "row_seeds",
+    "sampler_is_raw",
+    "server_rollout",
+    "trl_sampling_fields",
+]
 
 # vLLM SamplingParams fields that leave the sampling distribution alone, whatever their value
 _NEUTRAL_FIELDS = {
@@ -104,6 +112,58 @@ def sampler_is_raw(fields: dict) -> bool:
     return True
 
 
+# Sampling fields under which vLLM's processed log-probs equal the policy's tempered ones (what TRL's loss computes):
+# temperature is applied on both sides; anything else (top-p/top-k/min-p, penalties, bias, constraints) is not.
+_TEMPERED_ONLY = {"temperature"}
+
+
+def resolve_importance_sampling(args, model=None) -> tuple[bool, str]:
+    """`vllm_importance_sampling_correction: null` (auto) of `ProcessGRPOConfig`: whether TRL should correct for the
+    sampler/policy mismatch, and why. Sets the field on `args` (call before `GRPOTrainer.__init__`, which copies it,
+    grpo_trainer.py:815) and returns the choice; an explicit true/false is kept.
+
+    When TRL runs its extra no-grad policy forward (the "old" log-probs, trl/trainer/grpo_trainer.py:2642-2657,
+    TRL 1.16): (a) `gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0` (samples from an
+    earlier policy), or (b) `use_vllm` with `vllm_importance_sampling_correction`. Condition (a) is TRL's own and
+    stays. Condition (b) pays off only when vLLM samples from another distribution than the policy the loss sees.
+    Auto turns it off exactly when the sampler is the policy: the colocated engine on the CPU build (weights synced
+    before every rollout, grpo_trainer.py:2200-2205), fp32 on both sides (no bf16/fp16 autocast, engine dtype
+    float32), and sampling fields that change nothing but the temperature (which TRL's loss applies too), no
+    structured outputs. Everywhere else (GPU engines, a server, bf16, top-p/top-k/min-p, penalties) it is on, as TRL.
+    """
+    if getattr(args, "vllm_importance_sampling_correction", None) is not None:
+        return bool(args.vllm_importance_sampling_correction), "set explicitly"
+    if args is None:
+        return True, "TRL's default config"
+    on, reason = True, ""
+    if not getattr(args, "use_vllm", False):
+        on, reason = False, "no vLLM sampler (the policy generates)"
+    elif not colocated(args):
+        reason = "vLLM server: a separate engine"
+    elif not vllm_on_cpu():
+        reason = "GPU engine: its kernels differ from the training forward"
+    elif args.bf16 or args.fp16 or engine_dtype(args, model) != "float32":
+        reason = "bf16/fp16 on the policy or the engine"
+    elif args.vllm_structured_outputs_regex or not _tempered_only(args):
+        reason = "sampling settings beyond temperature (top-p/top-k/min-p, penalties or constraints)"
+    else:
+        on, reason = False, "the colocated fp32 CPU engine samples from the policy itself"
+    args.vllm_importance_sampling_correction = on
+    logger.info("vllm_importance_sampling_correction auto -> %s (%s)", on, reason)
+    return on, reason
+
+
+def _tempered_only(args) -> bool:
+    fields = {
+        "repetition_penalty": args.repetition_penalty,
+        "top_p": args.top_p,
+        "top_k": args.top_k,
+        "min_p": args.min_p,
+        **(args.generation_kwargs or {}),
+    }
+    return sampler_is_raw({k: v for k, v in fields.items() if k not in _TEMPERED_ONLY})
+
+
 def row_seeds(trainer, num_rows: int, call: int) -> list[int]:
     """One seed per row from (args.seed, train/eval, global_step, call within the step, process index, row), so a
     row's sample does not depend on which rows share its batch and no two generation batches share seeds."""
@@ -139,10 +199,11 @@ def policy_logps(trainer, prompt_ids: list[list[int]], completion_ids: list[list
             model.train(was_training)
 
 
-def colocate_rollout(trainer, prompt_ids: list[list[int]], call: int) -> dict[str, list]:
+def colocate_rollout(trainer, prompt_ids: list[list[int]], call: int, *, raw_logps: bool = True) -> dict[str, list]:
     """Single-turn rollout on TRL's colocated engine: one completion per row of `prompt_ids` (already repeated
     `num_generations` times by TRL's sampler). Returns `prompt_ids`, `completion_ids` (cut after the first EOS),
-    `logprobs` (sampler, processed) and `completion_logps` (raw), lists of `(L_i,)` rows."""
+    `logprobs` (sampler, processed) and `completion_logps` (raw), lists of `(L_i,)` rows; without `raw_logps`
+    `completion_logps` is there only when the sampler's own log-probs are raw (no rescoring pass)."""
     vllm = import_vllm()
     engine = colocate_engine(trainer)
     fields = trl_sampling_fields(trainer)
@@ -152,19 +213,21 @@ def colocate_rollout(trainer, prompt_ids: list[list[int]], call: int) -> dict[st
         sampled = engine.sample(prompt_ids, params)
     completion_ids = [ids for ids, _, _ in sampled]
     logprobs = [logps for _, logps, _ in sampled]
+    out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
     if sampler_is_raw(fields):
-        raw = logprobs
-    else:
+        out["completion_logps"] = logprobs
+    elif raw_logps:
         with profiling_context(trainer, "procrl.rescore"):
-            raw = engine.rescore(prompt_ids, completion_ids)
-    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs, "completion_logps": raw}
+            out["completion_logps"] = engine.rescore(prompt_ids, completion_ids)
+    return out
 
 
-def server_rollout(trainer, prompt_ids: list[list[int]]) -> dict[str, list]:
+def server_rollout(trainer, prompt_ids: list[list[int]], *, raw_logps: bool = True) -> dict[str, list]:
     """Single-turn rollout through a `trl vllm-serve` server: TRL's own request path
     (`trainer.vllm_generation.generate`, which gathers the prompts, sends each distinct prompt once with
     n=num_generations from the main process and hands every rank its slice; vllm_generation.py:581-640), the
-    sampled tokens' log-probs (top-1 entry) as `logprobs`, and `completion_logps` from one policy forward."""
+    sampled tokens' log-probs (top-1 entry) as `logprobs`, and, with `raw_logps`, `completion_logps` from one policy
+    forward."""
     num_generations = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
     _, completion_ids, logprobs, _ = trainer.vllm_generation.generate(
         prompts=prompt_ids,
@@ -174,13 +237,18 @@ def server_rollout(trainer, prompt_ids: list[list[int]]) -> dict[str, list]:
     )
     completion_ids = [list(ids) for ids in completion_ids]
     logprobs = [[lp[0] for lp in row] for row in logprobs]  # as TRL (grpo_trainer.py:1782)
-    raw = policy_logps(trainer, prompt_ids, completion_ids)
-    return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs, "completion_logps": raw}
+    out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
+    if raw_logps:
+        out["completion_logps"] = policy_logps(trainer, prompt_ids, completion_ids)
+    return out
 
 
-def search_rollout(env, trainer, prompts: list, prompt_ids: list[list[int]], call: int) -> dict[str, list]:
-    """Search episodes on TRL's colocated engine through `env.run_vllm` (`procrl.trainers.search_env`); raw log-probs
-    missing from the episodes are rescored once on the engine, environment tokens then set to 0.0 (`env_mask`).
+def search_rollout(
+    env, trainer, prompts: list, prompt_ids: list[list[int]], call: int, *, raw_logps: bool = True
+) -> dict[str, list]:
+    """Search episodes on TRL's colocated engine through `env.run_vllm` (`procrl.trainers.search_env`); with
+    `raw_logps`, raw log-probs missing from the episodes are rescored once on the engine, environment tokens then set
+    to 0.0 (`env_mask`); without it `completion_logps` holds what the episodes have (None rows where missing).
 
     Raises:
         NotImplementedError: the environment has no `run_vllm` (search episodes then need transformers).
@@ -211,7 +279,7 @@ def search_rollout(env, trainer, prompts: list, prompt_ids: list[list[int]], cal
         extra=extra,
     )
     raw = episodes.completion_logps
-    missing = [i for i in range(len(prompt_ids)) if raw is None or raw[i] is None]
+    missing = [i for i in range(len(prompt_ids)) if raw is None or raw[i] is None] if raw_logps else []
     if missing:
         raw = list(raw) if raw is not None else [None] * len(prompt_ids)
         with profiling_context(trainer, "procrl.rescore"):

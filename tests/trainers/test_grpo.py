@@ -1,6 +1,7 @@
 """ProcessGRPOTrainer on a tiny random Llama over the real SmolLM2 vocabulary (CPU, a few seconds a step)."""
 
 import math
+import types
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from procrl.rewards.outcome import outcome_reward
 from procrl.rewards.picsar import get_picsar_bonus
 from procrl.trainers import PINNED_TRL, check_trl_version
 from procrl.trainers.grpo import ProcessGRPOTrainer, pearson
-from procrl.trainers.rollout import ProcessRollout
+from procrl.trainers.rollout import ProcessRollout, needs_completion_logps
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
 
@@ -31,7 +32,7 @@ def reads_completion_logps(completions, completion_logps, **kwargs):
 
 def test_config_defaults_work_on_cpu(tmp_path):
     config = grpo_config(tmp_path)
-    assert config.bf16 is False  # TRL would resolve None to True and then raise on a CPU-only machine
+    assert config.bf16 is False  # auto, with PROCRL_CPU_BF16=0 (tests/conftest.py); TRL's None would raise on CPU
     assert config.multi_objective_aggregation == "normalize_then_sum"
     with pytest.raises(ValueError, match="bf16"):  # an explicit value is left to transformers' own check
         grpo_config(tmp_path, bf16=True)
@@ -108,6 +109,30 @@ def test_another_trl_minor_version_is_refused_at_import_with_the_fix():
         assert (installed or "TRL is not installed") in message  # the installed version ...
         assert f"TRL {PINNED_TRL}.*" in message  # ... the pinned one ...
         assert f'pip install "trl=={PINNED_TRL}.*"' in message  # ... and the fix
+
+
+def logps_from_kwargs(completions, **kwargs):
+    """Reads completion_logps from **kwargs, so it must say so."""
+    return [float(sum(row)) for row in kwargs["completion_logps"]]
+
+
+logps_from_kwargs.needs_logps = True
+
+
+def test_rollout_computes_raw_logps_only_for_a_reader(tiny_llama):
+    # which rewards make the vLLM rollouts compute completion_logps (a rescoring pass a step on a tempered sampler)
+    cases = [
+        ([outcome_reward], None, False),  # the outcome check reads the text only
+        ([outcome_reward, reads_completion_logps], None, True),  # names the parameter
+        ([outcome_reward, get_picsar_bonus()], None, True),  # PiCSAR declares needs_logps
+        ([outcome_reward, logps_from_kwargs], None, True),  # **kwargs reader, declared
+        ([outcome_reward, tiny_llama], None, False),  # a reward model: forward(input_ids, ...) reads no log-probs
+        ([outcome_reward], logps_from_kwargs, True),  # the step scorer counts too
+        ([max], None, True),  # no readable signature (a builtin): assumed a reader rather than left without
+    ]
+    for funcs, step_scorer, expected in cases:
+        trainer = types.SimpleNamespace(reward_funcs=funcs, step_reward_func=step_scorer)
+        assert needs_completion_logps(trainer) is expected, (funcs, step_scorer)
 
 
 @pytest.mark.slow  # trains

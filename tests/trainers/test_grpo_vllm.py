@@ -15,11 +15,13 @@ from grpo_helpers import grpo_config, max_diff, spy, temperature_logps
 
 import procrl.generation.engines as engines
 import procrl.trainers.vllm_colocate as vllm_colocate
+import procrl.trainers.vllm_rollout as vllm_rollout
 from procrl.generation import render_prompts
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers.evaluation import evaluate
 from procrl.trainers.grpo import ProcessGRPOConfig
+from procrl.trainers.rollout import needs_completion_logps
 from procrl.trainers.vllm_rollout import sampler_is_raw, trl_sampling_fields
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
@@ -164,6 +166,72 @@ def test_raw_sampler_detection():
     assert trl_sampling_fields(trainer)["temperature"] == 0.5
 
 
+def _is_args(**changes):
+    """The fields `resolve_importance_sampling` reads, set as an fp32 colocated CPU run at T = 0.7 (auto: off)."""
+    values = dict(
+        vllm_importance_sampling_correction=None,
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_dtype="auto",
+        bf16=False,
+        fp16=False,
+        vllm_structured_outputs_regex=None,
+        repetition_penalty=1.0,
+        temperature=0.7,
+        top_p=1.0,
+        top_k=0,
+        min_p=None,
+        generation_kwargs=None,
+    )
+    return types.SimpleNamespace(**{**values, **changes})
+
+
+FP32_POLICY = torch.nn.Linear(2, 2)  # engine_dtype "auto" on CPU = the policy's parameter dtype
+BF16_POLICY = torch.nn.Linear(2, 2).to(torch.bfloat16)
+
+
+@pytest.mark.parametrize(
+    "changes, model, on_cpu, expected",
+    [
+        ({}, FP32_POLICY, True, False),  # the colocated fp32 CPU engine is the policy: no extra forward
+        ({"temperature": 1.0}, FP32_POLICY, True, False),  # temperature alone never matters (the loss applies it)
+        ({}, None, True, True),  # policy dtype unknown: vLLM's own auto would downcast to bf16
+        ({"vllm_dtype": "float32"}, None, True, False),  # ... unless the engine dtype is given
+        ({}, BF16_POLICY, True, True),  # a bf16 policy: the engine runs bf16 kernels
+        ({"bf16": True}, FP32_POLICY, True, True),  # bf16 autocast (and the engine auto -> bfloat16)
+        ({"vllm_dtype": "bfloat16"}, FP32_POLICY, True, True),
+        ({"top_p": 0.9}, FP32_POLICY, True, True),  # truncated sampler: vLLM's processed log-probs differ
+        ({"top_k": 20}, FP32_POLICY, True, True),
+        ({"repetition_penalty": 1.1}, FP32_POLICY, True, True),
+        ({"generation_kwargs": {"min_tokens": 4}}, FP32_POLICY, True, True),
+        ({"vllm_structured_outputs_regex": "[0-9]+"}, FP32_POLICY, True, True),
+        ({}, FP32_POLICY, False, True),  # GPU build: TRL's default
+        ({"vllm_mode": "server"}, FP32_POLICY, True, True),  # another process's engine
+        ({"use_vllm": False}, FP32_POLICY, True, False),  # no vLLM: TRL never computes it
+        ({"vllm_importance_sampling_correction": True}, FP32_POLICY, True, True),  # explicit values are kept
+        ({"vllm_importance_sampling_correction": False, "bf16": True}, FP32_POLICY, True, False),
+    ],
+)
+def test_importance_sampling_auto(monkeypatch, changes, model, on_cpu, expected):
+    monkeypatch.setattr(vllm_rollout, "vllm_on_cpu", lambda: on_cpu)
+    args = _is_args(**changes)
+    on, reason = vllm_rollout.resolve_importance_sampling(args, model)
+    assert on is expected and reason
+    assert args.vllm_importance_sampling_correction is expected  # set for TRL, which copies it in __init__
+
+
+def test_importance_sampling_auto_reaches_trl(tmp_path, tiny_llama, tokenizer):
+    from procrl.trainers.grpo import ProcessGRPOTrainer
+
+    # transformers generation: no vLLM sampler, so auto resolves to off (TRL never runs the extra forward)
+    args = grpo_config(tmp_path)
+    assert args.vllm_importance_sampling_correction is None  # auto until the trainer resolves it
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama, reward_funcs=[outcome_reward], args=args, train_dataset=_dataset(), processing_class=tokenizer
+    )
+    assert trainer.vllm_importance_sampling_correction is False and args.vllm_importance_sampling_correction is False
+
+
 # --- GRPO on TRL's colocated vLLM engine (slow) ------------------------------------------------------------------
 
 
@@ -195,6 +263,8 @@ def vllm_trainer(tmp_path_factory, smollm2_tokenizer, tiny_llama_factory):
         max_steps=2,
         learning_rate=5e-2,
         max_completion_length=12,
+        # auto would turn it off (fp32 colocated engine = the policy); TRL's IS metrics are this module's sync check
+        vllm_importance_sampling_correction=True,
     )
     side = smollm2_tokenizer.padding_side
     smollm2_tokenizer.padding_side = "left"
@@ -214,6 +284,11 @@ def token_parity(completion_ids, **kwargs):
     return [sum(t % 2 for t in ids) / len(ids) for ids in completion_ids]
 
 
+def reads_logps(completions, completion_logps, **kwargs):
+    """Names `completion_logps`: the rollout must compute them (procrl.utils.reads_completion_logps)."""
+    return [0.0] * len(completions)
+
+
 def _prompts(n_repeat=2):
     return [[{"role": "user", "content": q}] for q, _ in QUESTIONS] * n_repeat
 
@@ -225,8 +300,17 @@ def test_rollout_logprobs_agree_with_a_policy_forward(vllm_trainer):
     policy = trainer.accelerator.unwrap_model(trainer.model)
     tokenizer = trainer.processing_class
     prompts = _prompts()
-    # T = 0.7 (the sampler is not raw): logprobs are the sampler's, completion_logps rescored on the engine
-    out = trainer.rollout_func(prompts, trainer)
+    # no reward reads completion_logps (outcome, token_parity): T = 0.7 is not raw, so none are computed
+    assert not needs_completion_logps(trainer)
+    rescores = spy(vllm_colocate.colocate_engine(trainer), "rescore")
+    assert "completion_logps" not in trainer.rollout_func(prompts, trainer) and rescores == []
+    # a reader among the rewards: logprobs are the sampler's, completion_logps rescored on the engine
+    trainer.reward_funcs.append(reads_logps)
+    try:
+        out = trainer.rollout_func(prompts, trainer)
+    finally:
+        trainer.reward_funcs.remove(reads_logps)
+    assert len(rescores) == 1
     assert out["prompt_ids"] == render_prompts(tokenizer, prompts, None)
     assert all(0 < len(ids) <= 12 for ids in out["completion_ids"])
     assert all(ids[-1] in trainer.eos_token_ids or len(ids) == 12 for ids in out["completion_ids"])
