@@ -35,11 +35,15 @@ model: install
 demo: model
 	WANDB_MODE=$${WANDB_MODE:-offline} $(BIN)/procrl demo $(ARGS)
 
+# Two pytest-xdist workers (both cores); --dist loadfile keeps each test module, with its module-scoped model and
+# engine fixtures, in one worker. --durations=25 lists the slowest tests (CI prints it).
+XDIST := -n 2 --dist loadfile
+
 test: model
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 test-fast: model
-	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -q $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

