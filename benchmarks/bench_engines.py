@@ -1,7 +1,7 @@
 """Generation throughput: procrl's vLLM engine vs its transformers engine (targets: >= 2.5x GRPO, >= 4x FRS).
 
     python benchmarks/bench_engines.py [--repeats 3] [--frs_repeats 1] [--shapes grpo,eval,frs] [--no-bf16]
-    python benchmarks/bench_engines.py --part step [--steps 4]    # GRPO step time, transformers vs vLLM backend
+    python benchmarks/bench_engines.py --part step [--steps 4] [--arms vllm-before,vllm,vllm-bf16,transformers]
 
 Part "gen" (default): `procrl.generation.make_engine(engine="transformers" | "vllm")` on the default model
 (SmolLM2-135M-Instruct), one-shot chat prompts from `procrl.data_builders` (`load_math_dataset`), every completion
@@ -21,13 +21,19 @@ median of the repeats, tokens/s, the ratio to transformers, and the ratio in pro
 in-process, so the process's CPU time is all of its work; transformers': the worker's). Greedy rows that the two fp32 engines agree on are
 counted (they should mostly agree; fp32 kernels differ, so a few may not).
 
-Part "step": one `ProcessGRPOTrainer` per arm (`generation_backend: transformers`, then `vllm`), the settings of
-`bench_grpo_step.py` (1 prompt x 8 completions x 96 tokens, T = 0.7, outcome reward), the first step a warm-up.
-The step breakdown comes from TRL's own `profiling_context` timings (`trl/extras/profiling.py:134`; recorded here
-by replacing `ProfilingContext._log_metrics`, which otherwise only reports to wandb/mlflow/trackio) plus timers
-around `_generate` (the rollout, weight sync included: `trl/trainer/grpo_trainer.py:2200-2215`) and
-`_generate_and_score_completions`; forward/backward = step - generate-and-score. On CPU the vLLM arm's KV cache is
-`vllm_kv_cache_gib` (--kv_cache_gib). A benchmark, not a test: nothing is asserted but the token counts.
+Part "step": one `ProcessGRPOTrainer` per arm (`--arms`, in order; see STEP_ARMS): `vllm-before` (what procrl
+computed before issue 25 for an outcome-only run: TRL's importance-sampling forward and the raw-log-prob rescoring),
+`vllm` (today's defaults: `bf16: auto` and the importance-sampling auto rule; on a CPU without native bf16 that is
+fp32 with neither pass), `vllm-bf16` (bf16 autocast and a bf16 engine, what auto picks on AMX / AVX512-BF16 CPUs)
+and `transformers`; the settings of `bench_grpo_step.py` (1 prompt x 8 completions x 96 tokens, T = 0.7, outcome
+reward, lengths forced), the first step a warm-up. The step breakdown comes from TRL's own `profiling_context`
+timings (`trl/extras/profiling.py:134`; recorded here by replacing `ProfilingContext._log_metrics`, which otherwise
+only reports to wandb/mlflow/trackio: vLLM.generate, sync_weights, procrl.rescore, one line per reward) plus timers
+around `_generate` (the rollout, weight sync included: `trl/trainer/grpo_trainer.py:2200-2215`),
+`_generate_and_score_completions` and the policy forwards (no grad: TRL's importance-sampling "old" log-probs; with
+grad: the loss). At step 0 the arms with importance sampling print the per-token |policy - sampler| log-prob
+difference and TRL's ratio (mean, p99). On CPU the vLLM arms' KV cache is `vllm_kv_cache_gib` (--kv_cache_gib). A
+benchmark, not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -225,17 +231,20 @@ class StepTimer:
 
         return _Callback()
 
-    def wrap(self, obj, method: str, label: str) -> None:
-        inner = getattr(obj, method)
+    def wrap(self, obj, method: str, label: str) -> list:
+        """Time `obj.<method>` under `label`; returns the list its return values are appended to."""
+        inner, outputs = getattr(obj, method), []
 
         def timed(*a, **k):
             start = time.perf_counter()
             try:
-                return inner(*a, **k)
+                outputs.append(inner(*a, **k))
+                return outputs[-1]
             finally:
                 self.blocks[label].append(time.perf_counter() - start)
 
         setattr(obj, method, timed)
+        return outputs
 
 
 def record_trl_profiling(sink: dict) -> None:
@@ -247,31 +256,72 @@ def record_trl_profiling(sink: dict) -> None:
     profiling.ProfilingContext._log_metrics = log_metrics
 
 
+# --part step arms: (generation_backend, config overrides, reward functions). Every arm is the demo's shape with the
+# outcome reward; "before" restores what procrl computed before issue 25 for such a run (TRL's importance-sampling
+# forward, and the raw-log-prob rescoring that no reward read), "bf16" forces bf16 autocast with a bf16 engine (what
+# `bf16: auto` picks on a CPU with AMX or AVX512-BF16).
+STEP_ARMS = {
+    "transformers": ("transformers", {}, ()),
+    "vllm-before": ("vllm", {"vllm_importance_sampling_correction": True}, ("reads_logps",)),
+    "vllm": ("vllm", {}, ()),
+    "vllm-bf16": ("vllm", {"bf16": "true", "use_cpu": True}, ()),
+}
+
+
+def reads_logps(completions, completion_logps, **kwargs):
+    """A reward that names completion_logps (so the rollout computes them) and costs nothing: 0.0 each."""
+    return [0.0] * len(completions)
+
+
+def mismatch(output: dict) -> dict[str, float]:
+    """|policy - sampler| per-token log-prob difference (natural log) and TRL's importance-sampling ratio over the
+    completion tokens of one `_generate_and_score_completions` output: mean and p99 of each (empty without IS)."""
+    if "old_per_token_logps" not in output or "sampling_per_token_logps" not in output:
+        return {}
+    mask = output["completion_mask"].bool()
+    diff = (output["old_per_token_logps"] - output["sampling_per_token_logps"]).abs()[mask].float()
+    ratio = output["importance_sampling_ratio"]
+    ratio = (ratio[mask] if ratio.shape == mask.shape else ratio.flatten()).float()
+    return {
+        "|logp diff| mean": diff.mean().item(),
+        "|logp diff| p99": torch.quantile(diff, 0.99).item(),
+        "IS ratio mean": ratio.mean().item(),
+        "IS ratio p99": torch.quantile(ratio, 0.99).item(),
+    }
+
+
 def run_step(args) -> None:
-    if "generation_backend" not in {f.name for f in dataclasses.fields(ProcessGRPOConfig)}:
-        raise SystemExit("ProcessGRPOConfig has no generation_backend field yet: the trainer's vLLM path is missing.")
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     os.environ.setdefault("WANDB_MODE", "disabled")
     sink: dict = {}
     record_trl_profiling(sink)
-    arms = ("transformers", "vllm")
-    results = {}
+    arms = args.arms.split(",")
+    unknown = set(arms) - set(STEP_ARMS)
+    if unknown:
+        raise SystemExit(f"unknown arm(s) {sorted(unknown)}; choose from {', '.join(STEP_ARMS)}")
+    results, figures, resolved, medians = {}, {}, {}, {}
     path = resolve_model("default")
     with tempfile.TemporaryDirectory() as tmp:
         for arm in reversed(arms) if args.reverse else arms:
+            backend, overrides, extra_rewards = STEP_ARMS[arm]
             torch.manual_seed(args.seed)
             timer = StepTimer()
             sink["current"] = timer.blocks
+            # forced lengths; on vLLM through ignore_eos without stop ids (sampling-neutral: the sampler's
+            # log-probs stay those of the policy), on transformers through min_new_tokens
+            forced = (
+                {"ignore_eos": True, "stop_token_ids": []}
+                if backend == "vllm"
+                else {"min_new_tokens": args.max_completion_length}
+            )
             config = ProcessGRPOConfig(
                 output_dir=os.path.join(tmp, arm),
-                generation_backend=arm,
+                generation_backend=backend,
                 vllm_kv_cache_gib=args.kv_cache_gib,
                 num_generations=8,
                 per_device_train_batch_size=8,
                 max_completion_length=args.max_completion_length,
-                # forced lengths; TRL hands generation_kwargs to the backend's own sampling parameters
-                # (trl/generation/vllm_generation.py:662-671 for vLLM), whose key differs from transformers'
-                generation_kwargs={("min_tokens" if arm == "vllm" else "min_new_tokens"): args.max_completion_length},
+                generation_kwargs=forced,
                 temperature=0.7,
                 learning_rate=1e-5,
                 beta=0.0,
@@ -282,38 +332,66 @@ def run_step(args) -> None:
                 report_to="none",
                 seed=args.seed,
                 disable_tqdm=True,
+                **overrides,
             )
             trainer = ProcessGRPOTrainer(
                 model=AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32),
-                reward_funcs=[outcome_reward],
+                reward_funcs=[outcome_reward, *(globals()[name] for name in extra_rewards)],
                 args=config,
                 train_dataset=load_math_dataset("svamp", end=64),
                 processing_class=AutoTokenizer.from_pretrained(path, padding_side="left"),
                 callbacks=[timer.callback()],
             )
+            resolved[arm] = {
+                "bf16": config.bf16,
+                "importance sampling": config.vllm_importance_sampling_correction,
+                "extra rewards": list(extra_rewards),
+            }
             timer.wrap(trainer, "_generate", "rollout (generate, weight sync incl.)")
-            timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
+            score = timer.wrap(trainer, "_generate_and_score_completions", "generate and score")
+            forward = trainer._get_per_token_logps_and_entropies
+
+            def timed_forward(*a, _forward=forward, _blocks=timer.blocks, **k):
+                start = time.perf_counter()
+                try:
+                    return _forward(*a, **k)
+                finally:
+                    label = "policy forward, loss (grad)" if torch.is_grad_enabled() else "policy forward, no grad (IS)"
+                    _blocks[label].append(time.perf_counter() - start)
+
+            trainer._get_per_token_logps_and_entropies = timed_forward
             trainer.train()
+            figures[arm] = mismatch(score[0]) if score else {}
             results[arm] = timer
+            print(
+                f"(arm {arm} done: 1 prompt x 8 completions x {args.max_completion_length} tokens (forced), T = 0.7, "
+                f"outcome reward, {args.steps} steps, the first a warm-up not counted)",
+                flush=True,
+            )
+            medians[arm] = report_arm(arm, timer, resolved[arm], figures[arm])
             del trainer
             gc.collect()
 
-    print(
-        f"\nGRPO step time, default model, 1 prompt x 8 completions x {args.max_completion_length} tokens, "
-        f"{args.steps} steps (the first is a warm-up, not counted)"
-    )
-    medians = {}
-    for arm in arms:
-        timer = results[arm]
-        counted = timer.steps[1:] or timer.steps
-        medians[arm] = statistics.median(counted)
-        print(f"  {arm:<13} median {medians[arm]:6.2f} s/step  (steps: {', '.join(f'{t:.2f}' for t in timer.steps)})")
-        per_step = {name: statistics.median(v[1:] or v) for name, v in timer.blocks.items()}
-        if "generate and score" in per_step:
-            per_step["forward/backward (step - generate and score)"] = medians[arm] - per_step["generate and score"]
-        for name, value in sorted(per_step.items(), key=lambda kv: -kv[1]):
-            print(f"    {name:<46} median {value:7.3f} s")
-    print(f"  ratio (transformers / vllm): {medians['transformers'] / medians['vllm']:.2f}x")
+    base = arms[0]
+    ratios = ", ".join(f"{arm} {medians[base] / medians[arm]:.2f}x" for arm in arms[1:])
+    print(f"\nratios (median step time, {base} / arm): {ratios}")
+
+
+def report_arm(arm: str, timer: StepTimer, resolved: dict, figures: dict) -> float:
+    """Print one arm's step times, breakdown (seconds per counted step) and step-0 figures; returns its median."""
+    counted = timer.steps[1:] or timer.steps
+    median = statistics.median(counted)
+    print(f"\n{arm}: median {median:6.2f} s/step  (steps: {', '.join(f'{t:.2f}' for t in timer.steps)})", flush=True)
+    print(f"  resolved: {resolved}")
+    per_step = {name: sum(v[1:] or v) / len(counted) for name, v in timer.blocks.items()}
+    if "generate and score" in per_step:
+        rest = statistics.mean(counted) - per_step["generate and score"]
+        per_step["rest: loss forward/backward, optimizer (step - generate and score)"] = rest
+    for name, value in sorted(per_step.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<68} {value:7.3f} s/step")
+    for name, value in figures.items():
+        print(f"  step 0 {name:<61} {value:10.3g}")
+    return median
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -330,7 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="--part step: steps per arm (the first is a warm-up)")
     parser.add_argument("--max_completion_length", type=int, default=96, help="--part step: tokens per completion")
     parser.add_argument("--seed", type=int, default=0, help="--part step: training seed")
-    parser.add_argument("--reverse", action="store_true", help="--part step: run the vLLM arm first (order check)")
+    parser.add_argument("--reverse", action="store_true", help="--part step: run the arms in reverse order")
+    parser.add_argument(
+        "--arms",
+        default="vllm-before,vllm,vllm-bf16,transformers",
+        help=f"--part step: comma-separated arms, of {', '.join(STEP_ARMS)} (the first is the ratios' base)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.shapes.split(",")) - set(SHAPES)
     if unknown:
