@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from wandb_service import WANDB_SERVICE_ENV  # tests/helpers
 
 from procrl.run_records import load_wandb_run
 
@@ -47,7 +48,11 @@ def _flags(model_dir, out_dir, report_to="none"):
 
 
 def _run(cmd, tmp_path, **env):
-    full_env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "WANDB_DIR": str(tmp_path), **env}
+    # No WANDB_SERVICE: with a wandb service of this process in its environment, the command's wandb would attach to
+    # that service instead of starting its own, and its exit would not wait for the .wandb file to be written
+    # (tests/helpers/wandb_service.py). Its own service is joined at its exit (wandb's atexit teardown).
+    inherited = {k: v for k, v in os.environ.items() if k != WANDB_SERVICE_ENV}
+    full_env = {**inherited, "TOKENIZERS_PARALLELISM": "false", "WANDB_DIR": str(tmp_path), **env}
     proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc

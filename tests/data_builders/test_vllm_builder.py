@@ -1,5 +1,5 @@
 """The PUM-Math builder on the real vLLM engine (the CPU build here), through its command line in subprocesses:
-a build killed with SIGKILL once at least one rollout shard is on disk, then rerun, gives the dataset, prefix
+a build killed with SIGKILL once its first rollout shard is on disk, then rerun, gives the dataset, prefix
 records and rollout shards of an uninterrupted build exactly (tiny: 2 GSM8K problems, reference trajectories,
 2 rollouts of 8 tokens per prefix, shards of 2 rows)."""
 
@@ -10,10 +10,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from subprocesses import wait_for_output  # tests/helpers
 
 pytest.importorskip("vllm", reason="the vLLM engine needs vllm (make install)")
 
@@ -49,14 +49,24 @@ def _rollouts(out: Path) -> dict[str, list[dict]]:
     return {f.name: [json.loads(line) for line in f.read_text().splitlines()[1:]] for f in _shards(out)}
 
 
-def _wait_for_a_shard(proc: subprocess.Popen, out: Path, timeout_s: float = 600) -> None:
-    """Poll until the first shard file is on disk (written atomically: a file there is complete). The timeout only
-    guards against a hang; what orders the test is the file."""
-    deadline = time.monotonic() + timeout_s
-    while not _shards(out):
-        assert proc.poll() is None, f"the build exited ({proc.returncode}) before writing a shard"
-        assert time.monotonic() < deadline, f"no shard within {timeout_s} s"
-        time.sleep(0.05)
+# The command line as `python -m` runs it, with one change: once `Shard.write` has put a shard on disk (atomically:
+# temporary file, fsync, os.replace), the build says so on stdout and blocks for good. The test kills it there: at
+# an event (exactly one shard done, the rest not), not at a moment a poll happened to see, when a fast engine may
+# already have written every shard and finished.
+KILLED_AFTER_ONE_SHARD = """
+import runpy, sys, threading
+from procrl.data_builders.rollout_shards import Shard
+
+write = Shard.write
+
+def written_then_blocked(self, *args, **kwargs):
+    write(self, *args, **kwargs)
+    print("shard written", flush=True)
+    threading.Event().wait()
+
+Shard.write = written_then_blocked
+runpy.run_module("procrl.scripts.build_pum_data", run_name="__main__", alter_sys=True)
+"""
 
 
 @pytest.mark.slow
@@ -68,18 +78,20 @@ def test_kill_9_and_rerun_give_the_uninterrupted_build(tmp_path):
     total = len(_shards(reference))
     assert total >= 4 and json.loads((reference / "stats.json").read_text())["rollouts"]["from_cache"] == 0
 
+    killed = [sys.executable, "-c", KILLED_AFTER_ONE_SHARD, *_command(resumed)[3:]]
     with open(tmp_path / "killed.log", "wb") as log:
-        proc = subprocess.Popen(_command(resumed), cwd=ROOT, env=_env(), stdout=log, stderr=log)
+        proc = subprocess.Popen(killed, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=log)
         try:
-            _wait_for_a_shard(proc, resumed)
+            wait_for_output(proc, b"shard written", timeout_s=600)  # the timeout only guards against a hang
         except AssertionError as err:
             proc.kill()
             proc.wait()
             raise AssertionError(f"{err}\n{(tmp_path / 'killed.log').read_text()[-3000:]}") from None
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL
-    kept = {f: f.read_bytes() for f in _shards(resumed)}
-    assert 1 <= len(kept) < total and not (resumed / "stats.json").exists()  # killed in the middle
+        proc.stdout.close()
+    kept = {f: f.read_bytes() for f in _shards(resumed)}  # read once the killed build has exited
+    assert len(kept) == 1 < total and not (resumed / "stats.json").exists()  # killed in the middle
 
     _build(resumed)
     stats = json.loads((resumed / "stats.json").read_text())["rollouts"]

@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
+from subprocesses import GROUP_EXIT_S, group_gone
 
 from procrl.judges import JudgeServer, OpenAICompatibleJudge, TransformersJudge, open_judge
 from procrl.judges import spec as spec_module
@@ -68,12 +69,6 @@ def nli_request(i: int) -> list[dict]:
     ]
 
 
-def group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.fixture(scope="session")
@@ -281,9 +276,9 @@ def vllm_judge(tmp_path_factory):
             log_path=str(log), extra_args=["--enable-log-requests"],
         ) as judge:  # fmt: skip
             (server,) = made
-            pid = server._process.pid
+            process = server._process
             yield judge, server, log
-    assert not group_alive(pid), "the vLLM server's process group outlived open_judge"
+    assert group_gone(process), f"the vLLM server's process group outlived open_judge by {GROUP_EXIT_S} s"
 
 
 @pytest.mark.slow
@@ -369,7 +364,7 @@ def test_vllm_server_on_a_model_without_chat_template(gemma_path, tmp_path):
     text = "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
     expected = AutoTokenizer.from_pretrained(gemma_path)(text)["input_ids"]
     with JudgeServer(gemma_path, num_threads=1, startup_timeout_s=400, log_path=str(tmp_path / "log")) as server:
-        pid, template = server._process.pid, server._template
+        process, template = server._process, server._template
         response_format = {"type": "json_schema", "json_schema": {"name": "NLI", "schema": NLI.model_json_schema()}}
         body = {"model": server.model_id, "messages": messages, "temperature": 0, "max_tokens": 16,
                 "return_token_ids": True, "response_format": response_format}  # fmt: skip
@@ -380,4 +375,4 @@ def test_vllm_server_on_a_model_without_chat_template(gemma_path, tmp_path):
             reply = json.load(response)
     assert reply["prompt_token_ids"] == expected  # the TransformersJudge prompt, token for token
     NLI.model_validate_json(reply["choices"][0]["message"]["content"])
-    assert not group_alive(pid) and not os.path.exists(template)
+    assert group_gone(process) and not os.path.exists(template)

@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from wandb_service import owned_wandb_service  # tests/helpers
 
 from procrl.run_records import is_number, load_runs, load_wandb_run, read_wandb_records, sweep_metric
 from procrl.run_report import (
@@ -89,8 +90,9 @@ def test_wilson_interval_matches_closed_form_and_the_trainers_helper(k, n):
     assert 0.0 <= low <= k / n + 1e-12 and k / n - 1e-12 <= high <= 1.0
 
 
-def test_wilson_interval_of_no_trials_is_uninformative():
-    assert wilson_interval(0, 0) == (0.0, 1.0)
+def test_wilson_interval_of_no_trials_is_none():
+    # 0/0: the proportion is undefined, so there is no interval (not (0, 1), not (0, 0))
+    assert wilson_interval(0, 0) is None
 
 
 def test_mean_std_is_the_sample_std():
@@ -190,6 +192,14 @@ def test_table_mean_std_wilson_and_missing_values():
     assert pum["task accuracy (mean ± std)"] == MISSING and pum["accuracy per seed [Wilson 95%]"] == f"s1 {MISSING}"
     assert pum["reward"] == "0.000" and pum["wall time (s)"] == MISSING
     assert "FRS" not in outcome  # no run measured FRS: no column
+
+
+def test_a_run_evaluated_on_no_problem_shows_dashes_not_zero():
+    # train-grpo's record of an empty eval set: counts 0, no accuracy (undefined, left out of run.json's metrics)
+    runs = [_run("e1", parameters={"reward": "outcome"}, seed=1, metrics={"task/correct": 0, "task/n": 0})]
+    (row,) = table_rows(format_table(group_variants(runs)))
+    assert row["task accuracy (mean ± std)"] == MISSING  # no value: "–", never 0.000
+    assert row["accuracy per seed [Wilson 95%]"] == f"s1 {MISSING}"  # 0/0: no accuracy, no interval
 
 
 def test_extra_metric_patterns_add_one_column_per_matching_key():
@@ -444,12 +454,15 @@ def test_wandb_offline_run_written_by_wandb_read_back(tmp_path, monkeypatch):
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    run = wandb.init(mode="offline", dir=str(tmp_path), project="procrl-test", config={"lr": 0.5, "name": "x"})
     logged = [{"reward": 0.1 * s, "task/accuracy": s / 4, "completions/mean_length": 100 + s} for s in range(4)]
-    for step, row in enumerate(logged):
-        run.log(row, step=step)
-    run.summary["task/correct"] = 7
-    run.finish()
+    # wandb-core writes the .wandb file and closes it only after run.finish() returned: the file is read once that
+    # process has exited (tests/helpers/wandb_service.py says why, with wandb's sources)
+    with owned_wandb_service(monkeypatch):
+        run = wandb.init(mode="offline", dir=str(tmp_path), project="procrl-test", config={"lr": 0.5, "name": "x"})
+        for step, row in enumerate(logged):
+            run.log(row, step=step)
+        run.summary["task/correct"] = 7
+        run.finish()
     (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
     record = load_wandb_run(run_dir)
     assert record["status"] == "finished" and record["source"] == "wandb"

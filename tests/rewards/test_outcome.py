@@ -7,6 +7,7 @@ import doctest
 import os
 import pickle
 import signal
+import subprocess
 import threading
 import time
 
@@ -668,11 +669,18 @@ def test_stuck_worker_is_killed_and_replaced():
     os.kill(stuck.proc.pid, signal.SIGSTOP)
     try:
         value, elapsed = _in_thread(lambda: is_correct(r"\boxed{3}", "3", timeout_s=1.0))
+        # killed by the caller: its exit status, once it has exited (the module's own wait for it gives up after
+        # 10 s; the timeout here only guards against a worker nobody killed)
+        try:
+            returncode = stuck.proc.wait(timeout=BOUND_SLACK_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the stuck worker was still running {BOUND_SLACK_S} s after the call returned: not killed")
     finally:
         if stuck.proc.poll() is None:  # only if the module failed to kill it
             os.kill(stuck.proc.pid, signal.SIGKILL)
+            stuck.proc.wait()
     assert value is None  # its first step, parsing the gold, timed out: a gold that cannot be parsed in time
-    assert stuck.proc.returncode == -signal.SIGKILL  # killed by the caller
+    assert returncode == -signal.SIGKILL  # killed by the caller
     assert stuck not in deadline._IDLE
     assert elapsed < 1.0 + deadline._GRACE_S + BOUND_SLACK_S
     value, _ = _in_thread(lambda: is_correct(r"\boxed{3}", "3"))
