@@ -175,7 +175,6 @@ def test_process_run_logs_monitors_and_per_step_scores(tmp_path, tiny_llama, tok
             assert row["process/step_ends"] == [1, len(tokenizer(text, add_special_tokens=False)["input_ids"]) + 1]
     # the same columns reach TRL's completions table (parquet beside the run, and the wandb table's dataframe)
     import pandas as pd
-
     import wandb
 
     table = pd.read_parquet(tmp_path / "completions" / "completions_00001.parquet")
