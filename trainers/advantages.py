@@ -35,7 +35,7 @@ from trl.trainer.utils import nanstd
 from procrl import step_rewards as _step_rewards
 from procrl.deprecation import moved_names
 from procrl.rewards.outcome import outcome_reward
-from procrl.utils import check_reward_length
+from procrl.utils import check_reward_length, reads_completion_logps
 
 __all__ = [
     "EPS",
@@ -74,6 +74,7 @@ class OutcomeStepRewards:
 
     def __init__(self, reward_func=outcome_reward):
         self.reward_func = reward_func
+        self.needs_logps = reads_completion_logps(reward_func)  # it forwards the rollout's fields to reward_func
 
     def __call__(self, prompts, completions, completion_ids, **kwargs) -> list[_step_rewards.StepRewards | None]:
         name = getattr(self.reward_func, "__name__", type(self.reward_func).__name__)

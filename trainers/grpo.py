@@ -98,7 +98,7 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
 
     Differences from TRL's defaults:
     - `bf16`: "auto" = bf16 autocast where the hardware computes bf16 natively, else fp32
-      (`procrl.generation.runtime.resolve_bf16`); TRL's None means True, which is slow on an AVX2-only CPU.
+      (`procrl.generation.runtime.resolve_bf16`); TRL's None means True, which raises on a CPU-only machine.
     - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`vllm_rollout`).
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (DESIGN §3).
@@ -116,10 +116,9 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
     vllm_importance_sampling_correction: bool | None = field(
         default=None,
         metadata={
-            "help": "TRL's importance-sampling correction of vLLM samples (one extra no-grad policy forward a step). "
-            "null (default) = auto: off where the sampler is the policy itself (colocated CPU engine, fp32 policy and "
-            "engine, only temperature changes the distribution), on elsewhere (bf16/fp16, a GPU or server engine, "
-            "top-p/top-k/min-p/penalties, constraints). true/false forces it."
+            "help": "TRL's importance-sampling correction of vLLM samples (an extra no-grad policy forward a step). null "
+            "(default) = auto: off where the sampler is the policy (colocated fp32 CPU engine, temperature only) or a "
+            "grammar constrains it, on elsewhere (bf16, GPU or server engines, top-p/k, penalties). true/false forces it."
         },
     )
     multi_objective_aggregation: str = field(
@@ -159,6 +158,7 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
         self.resolve_generation_backend()
         self.check_monitor_arguments()
         resolve_config_bf16(self)
+        resolve_importance_sampling(self)  # auto: refined by ProcessGRPOTrainer, which knows the policy's dtype
         super().__post_init__()
 
 
@@ -194,7 +194,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
                 )
             rollout_func = ProcessRollout()
         model = kwargs.get("model", args[0] if args else None)
-        resolve_importance_sampling(args_obj, model)  # auto (None): off where the sampler is the policy
+        resolve_importance_sampling(args_obj, model)  # auto: off where the sampler is the policy
         with trl_llm_overrides(args_obj, model):  # CPU build: eager engine, explicit KV cache (vllm_colocate)
             super().__init__(*args, rollout_func=rollout_func, **kwargs)
         finish_vllm_setup(self)  # re-seed after TRL's LLM(seed=...); CPU weight sync through reload_weights

@@ -294,7 +294,8 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
     # In-trainer scores of a few held-out prefixes: a reloaded checkpoint must reproduce them.
     probe_source = eval_raw if len(eval_raw) else train_raw
     probe_raw = probe_source.select(range(min(script_args.probe_size, len(probe_source))))
-    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    # without accelerate's autocast wrapper (bf16: auto), as a reloaded checkpoint scores
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     unwrapped.eval()
     scorer = PrefixUtilityModel(
         unwrapped,

@@ -52,9 +52,14 @@ __getattr__ = moved_names(
 
 def needs_completion_logps(trainer) -> bool:
     """Whether any of the trainer's reward functions or its step scorer reads `completion_logps`
-    (`procrl.utils.reads_completion_logps`): the vLLM rollouts compute raw log-probs only then."""
+    (`procrl.utils.reads_completion_logps`): the vLLM rollouts compute raw log-probs only then. The first answer
+    for a trainer is logged with the readers' names."""
     funcs = [*getattr(trainer, "reward_funcs", []), getattr(trainer, "step_reward_func", None)]
-    return any(reads_completion_logps(func) for func in funcs if func is not None)
+    readers = [getattr(f, "__name__", type(f).__name__) for f in funcs if f is not None and reads_completion_logps(f)]
+    if not getattr(trainer, "_procrl_logps_logged", False):
+        logger.info("raw log-probs (completion_logps): %s", f"computed for {readers}" if readers else "no reader")
+        trainer._procrl_logps_logged = True
+    return bool(readers)
 
 
 class ProcessRollout:

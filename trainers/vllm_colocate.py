@@ -101,9 +101,10 @@ class GenerationBackendArguments:
     vllm_dtype: str = field(
         default="auto",
         metadata={
-            "help": "dtype of the colocated vLLM engine: 'auto' (default) = the policy's dtype on the CPU build "
-            "(vLLM's own 'auto' would run an fp32 checkpoint in bf16), vLLM's choice on GPUs (bf16 for fp32 and bf16 "
-            "checkpoints); or 'float32', 'bfloat16', 'float16'."
+            "help": "dtype of the colocated vLLM engine: 'auto' (default) = on the CPU build bfloat16 when the policy "
+            "trains in bf16 (bf16: auto on a bf16 CPU), else the policy's dtype (vLLM's own 'auto' would run an fp32 "
+            "checkpoint in bf16); vLLM's choice on GPUs (bf16 for fp32 and bf16 checkpoints); or 'float32', "
+            "'bfloat16', 'float16'."
         },
     )
 

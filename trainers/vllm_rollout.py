@@ -112,48 +112,59 @@ def sampler_is_raw(fields: dict) -> bool:
     return True
 
 
-# Sampling fields under which vLLM's processed log-probs equal the policy's tempered ones (what TRL's loss computes):
-# temperature is applied on both sides; anything else (top-p/top-k/min-p, penalties, bias, constraints) is not.
-_TEMPERED_ONLY = {"temperature"}
+AUTO_MARK = "_procrl_importance_sampling_auto"  # set on args when auto resolved the field (the trainer refines it)
 
 
 def resolve_importance_sampling(args, model=None) -> tuple[bool, str]:
     """`vllm_importance_sampling_correction: null` (auto) of `ProcessGRPOConfig`: whether TRL should correct for the
-    sampler/policy mismatch, and why. Sets the field on `args` (call before `GRPOTrainer.__init__`, which copies it,
-    grpo_trainer.py:815) and returns the choice; an explicit true/false is kept.
+    sampler/policy mismatch, and why. Sets the field on `args` and returns the choice; an explicit true/false is kept.
+    `ProcessGRPOConfig.__post_init__` resolves it without the model (an unknown policy dtype counts as a mismatch, so
+    a plain `GRPOTrainer` gets TRL's True); `ProcessGRPOTrainer` resolves it again with the model before
+    `GRPOTrainer.__init__` copies it (grpo_trainer.py:815).
 
     When TRL runs its extra no-grad policy forward (the "old" log-probs, trl/trainer/grpo_trainer.py:2642-2657,
     TRL 1.16): (a) `gradient_accumulation_steps % (steps_per_generation * num_iterations) != 0` (samples from an
     earlier policy), or (b) `use_vllm` with `vllm_importance_sampling_correction`. Condition (a) is TRL's own and
     stays. Condition (b) pays off only when vLLM samples from another distribution than the policy the loss sees.
-    Auto turns it off exactly when the sampler is the policy: the colocated engine on the CPU build (weights synced
-    before every rollout, grpo_trainer.py:2200-2205), fp32 on both sides (no bf16/fp16 autocast, engine dtype
-    float32), and sampling fields that change nothing but the temperature (which TRL's loss applies too), no
-    structured outputs. Everywhere else (GPU engines, a server, bf16, top-p/top-k/min-p, penalties) it is on, as TRL.
+    Auto turns it off where the sampler is the policy: the colocated engine on the CPU build (weights synced before
+    every rollout, grpo_trainer.py:2200-2205), fp32 on both sides (no bf16/fp16 autocast, engine dtype float32), and
+    sampling that changes nothing but `temperature` (which TRL's loss applies too; a different temperature in
+    `generation_kwargs` counts as a change). It is also off under a grammar (`vllm_structured_outputs_regex` or
+    `structured_outputs`): TRL's ratio would compare the masked sampler with the unconstrained policy and can mask
+    every token (`finish_vllm_setup` warns). Everywhere else (GPU engines, a server, bf16, top-p/top-k/min-p,
+    penalties) it is on, as in TRL.
     """
-    if getattr(args, "vllm_importance_sampling_correction", None) is not None:
-        return bool(args.vllm_importance_sampling_correction), "set explicitly"
     if args is None:
         return True, "TRL's default config"
+    value = getattr(args, "vllm_importance_sampling_correction", None)
+    if value is not None and not getattr(args, AUTO_MARK, False):
+        return bool(value), "set explicitly"
+    kwargs = args.generation_kwargs or {}
     on, reason = True, ""
     if not getattr(args, "use_vllm", False):
         on, reason = False, "no vLLM sampler (the policy generates)"
     elif not colocated(args):
         reason = "vLLM server: a separate engine"
+    elif args.vllm_structured_outputs_regex or kwargs.get("structured_outputs"):
+        on, reason = False, "a grammar constrains the sampler: the ratio would mask every token"
     elif not vllm_on_cpu():
         reason = "GPU engine: its kernels differ from the training forward"
     elif args.bf16 or args.fp16 or engine_dtype(args, model) != "float32":
-        reason = "bf16/fp16 on the policy or the engine"
-    elif args.vllm_structured_outputs_regex or not _tempered_only(args):
-        reason = "sampling settings beyond temperature (top-p/top-k/min-p, penalties or constraints)"
+        reason = "bf16/fp16 on the policy or the engine, or the policy's dtype not known yet"
+    elif not _tempered_only(args):
+        reason = "sampling settings beyond the loss's temperature (top-p/top-k/min-p, penalties, min_tokens, ...)"
     else:
         on, reason = False, "the colocated fp32 CPU engine samples from the policy itself"
+    if value != on:
+        logger.info("vllm_importance_sampling_correction auto -> %s (%s)", on, reason)
     args.vllm_importance_sampling_correction = on
-    logger.info("vllm_importance_sampling_correction auto -> %s (%s)", on, reason)
+    setattr(args, AUTO_MARK, True)
     return on, reason
 
 
 def _tempered_only(args) -> bool:
+    """Whether TRL's vLLM sampling fields (trl_sampling_fields) differ from the raw distribution only by
+    `args.temperature`, the temperature TRL's loss applies."""
     fields = {
         "repetition_penalty": args.repetition_penalty,
         "top_p": args.top_p,
@@ -161,7 +172,9 @@ def _tempered_only(args) -> bool:
         "min_p": args.min_p,
         **(args.generation_kwargs or {}),
     }
-    return sampler_is_raw({k: v for k, v in fields.items() if k not in _TEMPERED_ONLY})
+    if fields.pop("temperature", args.temperature) != args.temperature:
+        return False
+    return sampler_is_raw(fields)
 
 
 def row_seeds(trainer, num_rows: int, call: int) -> list[int]:

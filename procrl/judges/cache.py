@@ -20,7 +20,7 @@ from typing import Any
 import pydantic
 from pydantic import BaseModel
 
-from procrl.judges.parse import T
+from procrl.judges.parse import T, extract_json_object
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -65,7 +65,8 @@ class JudgeCache:
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str, schema: type[T]) -> tuple[T, str | None, dict | None] | None:
-        """`(value, raw, probs)` of a cached judgement, or None on a miss (an unreadable or invalid file is a miss).
+        """`(value, raw, probs)` of a cached judgement, or None on a miss (an unreadable or invalid file is a miss, and
+        so is one whose raw reply repeats a JSON key: `parse_judgement` would now call it unscored, `duplicate_key`).
         `probs` is the judgement's choice probabilities (`JudgeResult.probs`), None when it had none."""
         path = self.path(key)
         try:
@@ -77,6 +78,8 @@ class JudgeCache:
                 raise ValueError("probs is not an object")
             # Validated from JSON, as the reply was: strict schemas accept a JSON string for an enum field.
             value = schema.model_validate_json(_canonical_json(record["value"]))
+            if isinstance(record.get("raw"), str):
+                extract_json_object(record["raw"])  # a reply cached before repeated keys were refused: a miss
             return value, record.get("raw"), probs
         except FileNotFoundError:
             return None

@@ -353,6 +353,19 @@ def test_corrupt_cache_file_is_a_miss(server, tmp_path):
     assert not list(tmp_path.rglob("*.tmp"))  # no temporary files left behind
 
 
+def test_a_cached_reply_with_a_repeated_key_is_a_miss(server, tmp_path):
+    # a cache written before repeated keys were refused: value 5 from '{"score": 1, "score": 5}' (the last key won)
+    judge = make_judge(server, cache_dir=tmp_path)
+    server.script["a"] = [("ok", '{"score": 2}'), ("ok", '{"score": 1, "score": 5}')]
+    judge.judge([req("a")], Score, progress=False)
+    (path,) = tmp_path.rglob("*.json")
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "value": {"score": 5}, "raw": '{"score": 1, "score": 5}'}))
+    (result,) = judge.judge([req("a")], Score, progress=False)
+    assert not result.cached and result.unscored == "duplicate_key"  # asked again: the reply repeats the key
+    assert judge.stats.cache_hits == 0
+
+
 def test_api_key_is_sent_but_never_logged_cached_or_shown(server, tmp_path, monkeypatch, caplog, capsys):
     secret = "sk-procrl-test-SECRET-0123456789"
     monkeypatch.setenv("PROCRL_JUDGE_API_KEY", secret)

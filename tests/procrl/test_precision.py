@@ -63,7 +63,8 @@ def cpu_with(monkeypatch):
 
     def pretend(cpuinfo: str) -> None:
         monkeypatch.delenv(CPU_BF16_ENV, raising=False)
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+        monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
         monkeypatch.setattr(runtime, "cpu_bf16_feature", lambda _=None: cpu_bf16_feature(cpuinfo))
 
     return pretend
@@ -73,6 +74,7 @@ def cpu_with(monkeypatch):
     "value, fp16, cpuinfo, expected",
     [
         ("auto", False, ZEN4, True),  # native bf16: autocast
+        (" Auto", False, ZEN4, True),  # any case and spacing
         ("auto", False, AVX2, False),  # emulated: fp32
         (None, False, AMX, True),  # None is auto (TRL's spelling)
         ("auto", True, AMX, False),  # never with fp16
@@ -86,14 +88,33 @@ def test_resolve_bf16_on_a_cpu(cpu_with, value, fp16, cpuinfo, expected):
     assert resolve_bf16(value, fp16=fp16)[0] is expected
 
 
+def pretend_accelerator(monkeypatch, kind: str) -> None:
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: torch.device(kind))
+
+
 def test_resolve_bf16_on_a_gpu_follows_its_support(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    pretend_accelerator(monkeypatch, "cuda")
     for supported in (True, False):
         monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda s=supported: s)
         assert resolve_bf16("auto") == (supported, "CUDA GPU " + ("with bf16" if supported else "without bf16: fp32"))
     # use_cpu on a GPU machine: the CPU rule (forced off here)
     monkeypatch.setenv(CPU_BF16_ENV, "0")
     assert resolve_bf16("auto", use_cpu=True)[0] is False
+
+
+def test_resolve_bf16_on_another_accelerator_is_trls_default(monkeypatch):
+    pretend_accelerator(monkeypatch, "xpu")  # an XPU host with an AMX CPU must not fall back to the CPU rule
+    monkeypatch.setenv(CPU_BF16_ENV, "0")
+    assert resolve_bf16("auto") == (True, "xpu accelerator: TRL's default")
+
+
+@pytest.mark.parametrize("launcher, expected", [("bf16", True), ("no", False), ("fp16", False)])
+def test_resolve_bf16_follows_the_launchers_mixed_precision(cpu_with, monkeypatch, launcher, expected):
+    cpu_with(ZEN4 if not expected else AVX2)  # the launcher's choice wins over the CPU's features either way
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", launcher)
+    assert resolve_bf16("auto") == (expected, f"ACCELERATE_MIXED_PRECISION={launcher}")
 
 
 @pytest.mark.parametrize("value", ["maybe", 3])
@@ -103,10 +124,11 @@ def test_resolve_bf16_refuses_other_values(value):
 
 
 @pytest.mark.parametrize("cpuinfo, dtype", [(ZEN4, torch.bfloat16), (AVX2, torch.float32)])
-def test_engine_dtype_auto_follows_the_same_rule(cpu_with, cpuinfo, dtype):
+def test_vllm_engine_dtype_auto_follows_the_same_rule(cpu_with, cpuinfo, dtype):
     cpu_with(cpuinfo)
-    assert resolve_dtype("auto", torch.device("cpu")) == dtype
-    assert resolve_dtype("float32", torch.device("cpu")) == torch.float32  # an explicit dtype is kept
+    assert resolve_dtype("auto", torch.device("cpu"), cpu_bf16_auto=True) == dtype  # procrl's vLLM engines
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32  # transformers engines stay fp32 on a CPU
+    assert resolve_dtype("float32", torch.device("cpu"), cpu_bf16_auto=True) == torch.float32  # explicit: kept
 
 
 @pytest.mark.parametrize("make", [lambda out: grpo_config(out), lambda out: PUMTrainingConfig(output_dir=str(out))])
@@ -120,11 +142,6 @@ def test_training_configs_resolve_auto(tmp_path, cpu_with, make, caplog):
     cpu_with(AVX2)
     config = make(tmp_path)
     assert config.bf16 is False and config.use_cpu is False
-
-
-def test_the_suite_runs_fp32_on_every_cpu(tmp_path):
-    # tests/conftest.py sets PROCRL_CPU_BF16=0: no test depends on the machine's bf16 support
-    assert grpo_config(tmp_path).bf16 is False
 
 
 def test_machine_info_records_the_bf16_feature():

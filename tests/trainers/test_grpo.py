@@ -356,3 +356,29 @@ def test_pearson_matches_hand_computation():
     assert pearson(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 2.0])) is None
     assert pearson(torch.tensor([1.0]), torch.tensor([1.0])) is None
     assert not math.isnan(pearson(x, -x))
+
+
+@pytest.mark.slow  # trains
+def test_bf16_auto_on_a_bf16_cpu_autocasts_the_loss_and_not_the_after_evaluation(
+    tmp_path, tiny_llama, tokenizer, monkeypatch
+):
+    monkeypatch.setenv("PROCRL_CPU_BF16", "1")  # a CPU with native bf16, whatever this one is
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    args = grpo_config(tmp_path)
+    assert args.bf16 is True and args.use_cpu is True  # transformers takes bf16 without a GPU only with use_cpu
+    trainer = ProcessGRPOTrainer(
+        model=tiny_llama, reward_funcs=[outcome_reward], args=args, train_dataset=_dataset(), processing_class=tokenizer
+    )
+    assert trainer.accelerator.mixed_precision == "bf16" and trainer.accelerator.native_amp
+    dtypes = []
+    tiny_llama.model.layers[0].mlp.register_forward_hook(lambda module, inputs, output: dtypes.append(output.dtype))
+    trainer.train()
+    assert torch.bfloat16 in dtypes and next(tiny_llama.parameters()).dtype == torch.float32  # autocast, fp32 weights
+    ids = torch.tensor([[1, 2, 3]])
+    dtypes.clear()
+    trainer.accelerator.unwrap_model(trainer.model)(input_ids=ids)  # accelerate keeps its autocast wrapper ...
+    assert dtypes == [torch.bfloat16]
+    dtypes.clear()
+    # ... so the job's 'after' evaluation and the PUM probe unwrap without it, in the precision of 'before'
+    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)(input_ids=ids)
+    assert dtypes == [torch.float32]

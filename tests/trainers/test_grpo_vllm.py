@@ -204,7 +204,16 @@ BF16_POLICY = torch.nn.Linear(2, 2).to(torch.bfloat16)
         ({"top_k": 20}, FP32_POLICY, True, True),
         ({"repetition_penalty": 1.1}, FP32_POLICY, True, True),
         ({"generation_kwargs": {"min_tokens": 4}}, FP32_POLICY, True, True),
-        ({"vllm_structured_outputs_regex": "[0-9]+"}, FP32_POLICY, True, True),
+        (
+            {"temperature": 1.0, "generation_kwargs": {"temperature": 0.3}},
+            FP32_POLICY,
+            True,
+            True,
+        ),  # sampler 0.3, loss 1
+        ({"generation_kwargs": {"temperature": 0.7}}, FP32_POLICY, True, False),  # the same temperature, restated
+        # a grammar: TRL's ratio would compare the masked sampler with the free policy (vllm_colocate warns): off
+        ({"vllm_structured_outputs_regex": "[0-9]+"}, FP32_POLICY, True, False),
+        ({"generation_kwargs": {"structured_outputs": {"regex": "[0-9]+"}}}, FP32_POLICY, True, False),
         ({}, FP32_POLICY, False, True),  # GPU build: TRL's default
         ({"vllm_mode": "server"}, FP32_POLICY, True, True),  # another process's engine
         ({"use_vllm": False}, FP32_POLICY, True, False),  # no vLLM: TRL never computes it
@@ -220,12 +229,22 @@ def test_importance_sampling_auto(monkeypatch, changes, model, on_cpu, expected)
     assert args.vllm_importance_sampling_correction is expected  # set for TRL, which copies it in __init__
 
 
+def test_importance_sampling_auto_is_refined_with_the_policy(monkeypatch):
+    monkeypatch.setattr(vllm_rollout, "vllm_on_cpu", lambda: True)
+    args = _is_args()
+    assert vllm_rollout.resolve_importance_sampling(args)[0] is True  # the config: policy dtype unknown, TRL's True
+    assert vllm_rollout.resolve_importance_sampling(args, FP32_POLICY)[0] is False  # the trainer: an fp32 policy
+    assert vllm_rollout.resolve_importance_sampling(args, BF16_POLICY)[0] is True  # still auto: refined again
+    explicit = _is_args(vllm_importance_sampling_correction=False)
+    assert vllm_rollout.resolve_importance_sampling(explicit, BF16_POLICY) == (False, "set explicitly")
+
+
 def test_importance_sampling_auto_reaches_trl(tmp_path, tiny_llama, tokenizer):
     from procrl.trainers.grpo import ProcessGRPOTrainer
 
     # transformers generation: no vLLM sampler, so auto resolves to off (TRL never runs the extra forward)
     args = grpo_config(tmp_path)
-    assert args.vllm_importance_sampling_correction is None  # auto until the trainer resolves it
+    assert args.vllm_importance_sampling_correction is False  # resolved by the config already (a bool for TRL)
     trainer = ProcessGRPOTrainer(
         model=tiny_llama, reward_funcs=[outcome_reward], args=args, train_dataset=_dataset(), processing_class=tokenizer
     )

@@ -49,6 +49,11 @@ def token_parity(completion_ids, **kwargs):
     return [sum(t % 2 for t in ids) / len(ids) for ids in completion_ids]
 
 
+# declared a reader of completion_logps, so the rollout rescores the episodes' raw log-probs (what this module checks);
+# without a reader it leaves them out (procrl.trainers.rollout.needs_completion_logps)
+token_parity.needs_logps = True
+
+
 def _raw_logps(model, prompt, completion) -> list[float]:
     """log_softmax(logits) of each completion token given everything before it: one unpadded forward."""
     with torch.no_grad():

@@ -141,7 +141,8 @@ def _run(job: Any, make_rewards: Callable[[Any], RewardSet], stack: contextlib.E
     train_output = trainer.train()
     train_time = time.perf_counter() - train_start
     trainer.save_model(training.output_dir)
-    policy = trainer.accelerator.unwrap_model(trainer.model)
+    # without accelerate's autocast wrapper (bf16: auto): 'after' runs in the same precision as 'before'
+    policy = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     if engine is not None and task.eval_sets:
         trainer.vllm_generation.sync_weights()  # on every rank: gathering sharded parameters is collective
     after = run_eval("after", policy) if trainer.accelerator.is_main_process else []
