@@ -20,20 +20,33 @@ os.environ["PROCRL_CPU_BF16"] = "0"
 
 # Under pytest-xdist (`make test`: two workers) each worker takes its share of the cores for torch, so two workers do not
 # run 2 x cores threads that preempt each other; subprocesses inherit the share through OMP_NUM_THREADS.
-# Each worker also gets its own rendezvous port: a one-process gloo group (accelerate's PartialState on CPU, in the
-# worker or in a script it starts) binds MASTER_PORT, 29500 by default (accelerate/state.py:250-251), and two workers
-# binding it at once fail with EADDRINUSE. Ports 29500-29599 lie below Linux's ephemeral range (32768-60999).
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
     _THREADS = max(1, len(os.sched_getaffinity(0)) // _WORKERS)  # the cores this process may use
     torch.set_num_threads(_THREADS)
     os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
-    _INDEX = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
-    os.environ.setdefault("MASTER_PORT", str(29500 + 10 * _INDEX))
 
 # An in-process vLLM-CPU engine replaces torch.set_num_threads with a no-op (vllm/v1/worker/cpu_worker.py:148-154);
 # the tests that set threads after such a test must still get the real function.
 _TORCH_SET_NUM_THREADS = torch.set_num_threads
+
+
+# TRL's colocated vLLM set-up writes RANK, LOCAL_RANK, WORLD_SIZE and MASTER_ADDR/PORT into os.environ of the test
+# process (trl/generation/vllm_generation.py:330-335) and its engine keeps MASTER_PORT bound. A script a later test
+# starts would inherit them, build a one-process gloo group on that port and fail with EADDRINUSE (seen under xdist,
+# where test modules no longer run in file order). Each test ends with these variables as the session began.
+_RENDEZVOUS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+_RENDEZVOUS_AT_START = {name: os.environ.get(name) for name in _RENDEZVOUS}
+
+
+@pytest.fixture(autouse=True)
+def _restore_rendezvous_environment():
+    yield
+    for name, value in _RENDEZVOUS_AT_START.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)
