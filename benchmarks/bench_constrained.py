@@ -6,7 +6,7 @@
 For each of procrl's own judge prompts, `--n` requests judged greedily with `TransformersJudge` on the embedded
 default model (SmolLM2-135M-Instruct), in batches of `--batch-size`, the cache off:
 
-- FRS rubric: `procrl.rewards.frs.judge_messages` + `ReasoningJudgement`, on the first GSM8K test problems with
+- FRS rubric: `procrl.evals.frs.judge_messages` + `ReasoningJudgement`, on the first GSM8K test problems with
   their gold solution (before "####") as the student's trace and `final_correct` True;
 - StepGap NLI: `nli_messages` + `NLIVerdict`, premise = the step's first evidence passage (or its question when it
   has none), hypothesis = `step_claim(step)`, over the shipped annotated 2Wiki steps in file order;
@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def make_requests(n: int) -> dict[str, tuple[list, list]]:
     """The four kinds of request: {kind: (n chat requests, n schemas)}."""
     from procrl.data_builders.datasets import load_math_dataset
-    from procrl.rewards.frs import ReasoningJudgement, judge_messages
+    from procrl.evals.frs import ReasoningJudgement, judge_messages
     from procrl.rewards.stepgap.check import StepCheck, check_messages, step_check_schema
-    from procrl.rewards.stepgap.evaluate import load_annotated
+    from procrl.evals.stepgap.evaluate import load_annotated
     from procrl.rewards.stepgap.nli import NLIVerdict, nli_messages
     from procrl.rewards.stepgap.quotes import quote_candidates, step_claim
 
@@ -56,7 +56,7 @@ def make_requests(n: int) -> dict[str, tuple[list, list]]:
     frs = [judge_messages(r["question"], r["solution"].split("####")[0], r["solution"], True) for r in rows]
     steps = [
         (trace, step)
-        for trace, _ in load_annotated(ROOT / "rewards/stepgap/data/annotated_2wiki.jsonl")
+        for trace, _ in load_annotated(ROOT / "evals/stepgap/data/annotated_2wiki.jsonl")
         for step in trace.steps
     ][:n]
     nli = [

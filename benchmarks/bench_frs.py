@@ -55,7 +55,7 @@ def bench_confidence(args) -> tuple[dict, list]:
     from procrl.generation import eos_token_ids, generate_completions, render_prompts
     from procrl.logprobs import sequence_logps
     from procrl.models import resolve_model
-    from procrl.rewards.frs import Trace, tail_confidence_from_logps
+    from procrl.evals.frs import Trace, tail_confidence_from_logps
     from procrl.rewards.outcome import is_correct
 
     if args.threads:
@@ -169,7 +169,7 @@ def bench_confidence(args) -> tuple[dict, list]:
 
 
 def bench_judge(args, traces) -> dict:
-    from procrl.rewards.frs import ReasoningJudgement, judge_messages
+    from procrl.evals.frs import ReasoningJudgement, judge_messages
 
     requests = [judge_messages(t.problem, t.completion, t.gold, t.correct) for t in (traces * 4)[: args.judge_requests]]
     from procrl.judges import JudgeServer, OpenAICompatibleJudge
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     if args.traces_from:
-        from procrl.rewards.frs import Trace
+        from procrl.evals.frs import Trace
 
         saved = json.loads(open(args.traces_from).read())["traces"]
         traces = [Trace.from_dict(t) for t in saved]  # drops the derived rs / rs_expected

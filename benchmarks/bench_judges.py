@@ -4,7 +4,7 @@ constrained judge, on the embedded model.
     python benchmarks/bench_judges.py [--arms serve,vllm,inprocess] [--n 16] [--concurrency 8] [--max-tokens 96]
                                       [--num-threads 1] [--no-continuous-batching] [--model default]
 
-The requests are FRS's own (`procrl.rewards.frs.judging.judge_messages`, schema `ReasoningJudgement`: four strict
+The requests are FRS's own (`procrl.evals.frs.judging.judge_messages`, schema `ReasoningJudgement`: four strict
 integers 1-5) on GSM8K-like traces: the first N/2 GSM8K test problems, each with its gold solution as the trace
 (calculator annotations removed) and once with the final answer off by one (final_correct false). Arms, one after
 the other (one server at a time):
@@ -47,7 +47,7 @@ import time
 
 from procrl.data_builders.datasets import builtin_data_file
 from procrl.judges import JudgeServer, OpenAICompatibleJudge, TransformersJudge
-from procrl.rewards.frs.judging import ReasoningJudgement, judge_messages
+from procrl.evals.frs.judging import ReasoningJudgement, judge_messages
 
 ARMS = ("serve", "vllm", "inprocess")
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_stepgap.py [--n-traces 8] [--max-tokens 160] [--concurrency 8] [--num-threads 1]
                                        [--engine vllm|transformers] [--no-continuous-batching]
-                                       [--data rewards/stepgap/data/annotated_2wiki.jsonl]
+                                       [--data evals/stepgap/data/annotated_2wiki.jsonl]
 
 Starts one `JudgeServer` on the embedded default model (loopback, CPU, one thread by default; `--engine vllm`, the
 default, honours each request's schema: every A-C request carries its step's schema, whose quote is a choice among
@@ -31,7 +31,7 @@ import collections
 import time
 
 from procrl.judges import JudgeServer, OpenAICompatibleJudge
-from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, load_annotated
+from procrl.evals.stepgap.evaluate import DEFAULT_DATA, load_annotated
 from procrl.rewards.stepgap.nli import JudgeNLI
 from procrl.rewards.stepgap.trace import Trace
 from procrl.rewards.stepgap.verifier import StepGapVerifier

@@ -52,7 +52,6 @@ from accelerate.utils import gather_object
 from tqdm.auto import tqdm
 
 from procrl.data_builders.rollout_shards import GroupProgress, Shard
-from procrl.deprecation import moved_names
 from procrl.generation import Rollout, RolloutEngine, SamplingParams, default_state
 from procrl.utils import get_logger
 
@@ -70,22 +69,6 @@ __all__ = [
     "default_state",
     "run_rollouts",
 ]
-
-# The engine side moved to the core layer; the old names keep working for one release (with a DeprecationWarning).
-# Rollout, RolloutEngine, SamplingParams and default_state are used here, so they stay plain imports.
-__getattr__ = moved_names(
-    __name__,
-    {
-        "SHARD_FORMAT_VERSION": "procrl.data_builders.rollout_shards",
-        "FINISH_REASONS": "procrl.generation.engines",
-        "TransformersEngine": "procrl.generation.engines",
-        "VLLMEngine": "procrl.generation.engines",
-        "cut_completion": "procrl.generation.engines",
-        "derive_seed": "procrl.generation.engines",
-        "make_engine": "procrl.generation.engines",
-        "weights_fingerprint": "procrl.generation.engines",
-    },
-)
 
 
 @dataclass

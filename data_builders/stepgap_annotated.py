@@ -1,7 +1,7 @@
 """The annotated StepGap verifier set, built from 2WikiMultihopQA compositional questions (DESIGN §4 "StepGap";
-StepGap, arXiv 2605.24733, §"verifier evaluation"); the shipped set `rewards/stepgap/data/annotated_2wiki.jsonl`
-was made by `build_annotated_2wiki` (seed 0, see rewards/stepgap/data/SOURCE.md) and is read by
-`procrl.rewards.stepgap.evaluate.load_annotated`.
+StepGap, arXiv 2605.24733, §"verifier evaluation"); the shipped set `evals/stepgap/data/annotated_2wiki.jsonl`
+was made by `build_annotated_2wiki` (seed 0, see evals/stepgap/data/SOURCE.md) and is read by
+`procrl.evals.stepgap.evaluate.load_annotated`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import random
 import re
 from pathlib import Path
 
-from procrl.rewards.stepgap.evaluate import TYPED_LABELS
+from procrl.rewards.stepgap.verifier import TYPED_LABELS
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from wandb_service import WANDB_SERVICE_ENV  # tests/helpers
 
-from procrl.run_records import load_wandb_run
+from procrl.experiment.run_records import load_wandb_run
 
 pytestmark = pytest.mark.slow  # every test here starts a subprocess
 
@@ -78,7 +78,7 @@ def test_python_train_grpo_with_wandb_offline(tmp_path, tiny_model_dir):
     assert "accuracy [95% CI]" in proc.stdout  # the before/after table is printed
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "finished" and record["command"] == "train-grpo"
-    # one wandb run, finished by procrl.tracking after the record's metrics went into its summary
+    # one wandb run, finished by procrl.experiment.tracking after the record's metrics went into its summary
     wandb_run = load_wandb_run(summary["wandb_dir"])
     assert wandb_run["status"] == "finished"
     assert wandb_run["metrics"]["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])

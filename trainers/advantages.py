@@ -33,7 +33,6 @@ import torch
 from trl.trainer.utils import nanstd
 
 from procrl import step_rewards as _step_rewards
-from procrl.deprecation import moved_names
 from procrl.rewards.outcome import outcome_reward
 from procrl.utils import check_reward_length, reads_completion_logps
 
@@ -49,8 +48,6 @@ __all__ = [
     "token_advantages",
 ]
 
-# StepRewards and StepRewardFunc moved to the core layer (procrl.step_rewards); the old path works for one release
-__getattr__ = moved_names(__name__, {"StepRewards": "procrl.step_rewards", "StepRewardFunc": "procrl.step_rewards"})
 
 EPS = 1e-4  # TRL's epsilon in the advantage denominator (trl/trainer/grpo_trainer.py:2787)
 

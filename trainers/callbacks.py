@@ -7,7 +7,7 @@ budget and a request timeout) is `procrl.judges.judge_options`, re-exported here
     trainer.train()
 
 The callback itself is `procrl.trainers.frs_callback.FRSCallback` (what it samples, logs and writes, and how it
-runs on several ranks) and its sampler `procrl.trainers.frs_traces.generate_traces`; until procrl 0.3 both names
+runs on several ranks) and its sampler `procrl.evals.frs.sampling.generate_traces`; until procrl 0.3 both names
 are also importable from here, with a `DeprecationWarning`.
 """
 
@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset
-from procrl.deprecation import moved_names
 from procrl.judges import judge_options
-from procrl.rewards.frs import FRSConfig
+from procrl.evals.frs import FRSConfig
 from procrl.trainers import frs_callback
 from procrl.trainers.tasks.arguments import parse_eval_set
 
@@ -108,10 +107,3 @@ def add_frs_callback(frs_args: FRSArguments, trainer, prompt_template=None) -> f
             ),
         },
     )
-
-
-# The callback and its trace sampler moved to their own modules (same layer); the old paths keep working for one
-# release.
-__getattr__ = moved_names(
-    __name__, {"FRSCallback": "procrl.trainers.frs_callback", "generate_traces": "procrl.trainers.frs_traces"}
-)

@@ -6,9 +6,9 @@
 
 Every `every_n_steps` optimizer steps (and after the last step), `FRSCallback` samples `n_traces` completions for
 each of the first `n_problems` problems of `eval_dataset` with the live policy, through the trainer's own generation
-path (`procrl.trainers.frs_traces.generate_traces`: `procrl.generation.render_prompts` + `generate_completions`
+path (`procrl.evals.frs.sampling.generate_traces`: `procrl.generation.render_prompts` + `generate_completions`
 with `trainer.generation_config`, i.e. the GRPO sampling settings). Confidences come from that generation's own raw
-logits (`completion_logps`, T = 1): no second forward pass. It then computes FRS (`procrl.rewards.frs.compute_frs`,
+logits (`completion_logps`, T = 1): no second forward pass. It then computes FRS (`procrl.evals.frs.compute_frs`,
 with `FRSConfig.judge_sees_correctness` deciding whether the judge sees the answer check) with the judge and logs
 
     frs/score, frs/at_k/<K>, frs/accuracy, frs/accuracy_kept, frs/selection_gain, frs/rs_auc, frs/unscored,
@@ -59,9 +59,9 @@ from transformers import Trainer, TrainerCallback
 from trl.models import unwrap_model_for_generation
 
 from procrl.judges import open_judge
-from procrl.rewards.frs import DEFAULT_K_VALUES, FRSConfig, FRSReport, Trace, compute_frs
-from procrl.stats import format_estimate
-from procrl.trainers.frs_traces import generate_traces
+from procrl.evals.frs import DEFAULT_K_VALUES, FRSConfig, FRSReport, Trace, compute_frs
+from procrl.evals.stats import format_estimate
+from procrl.evals.frs.sampling import generate_traces
 from procrl.utils import get_logger, json_safe
 
 logger = get_logger(__name__)

@@ -44,12 +44,12 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 from trl import RewardConfig, RewardTrainer, get_peft_config
 
-from procrl.deprecation import moved_names
 from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
 from procrl.models import resolve_model
 from procrl.rewards.pum import PUM_CONFIG_NAME, PrefixUtilityModel
 from procrl.rewards.steps import DEFAULT_SEPARATOR
-from procrl.trainers import pum_data, pum_evaluation
+from procrl.evals import pum as pum_evaluation
+from procrl.trainers import pum_data
 from procrl.utils import default_wandb_offline, get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
@@ -355,37 +355,3 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
         summary["summary_path"] = str(out / "summary.json")
     trainer.accelerator.wait_for_everyone()
     return summary
-
-
-# The data and evaluation halves of this module moved to their own modules (same layer); the command (`main`,
-# `make_parser`, `format_summary`) moved to procrl.scripts.train_pum. The old paths of the library names keep
-# working for one release.
-__getattr__ = moved_names(
-    __name__,
-    {
-        **{
-            name: "procrl.trainers.pum_data"
-            for name in (
-                "BUILD_COMMAND",
-                "BUILTIN_PAIRS",
-                "REQUIRED_COLUMNS",
-                "PairStats",
-                "PairsNotFoundError",
-                "load_pairs",
-                "split_by_problem",
-                "tokenize_pairs",
-            )
-        },
-        **{
-            name: "procrl.trainers.pum_evaluation"
-            for name in (
-                "PairwiseAccuracyCallback",
-                "callback_result",
-                "evaluate_pairs",
-                "flatten_accuracy",
-                "length_baseline",
-                "pairwise_accuracy",
-            )
-        },
-    },
-)

@@ -25,29 +25,11 @@ from __future__ import annotations
 
 from trl.models import unwrap_model_for_generation
 
-from procrl.deprecation import moved_names
 from procrl.generation import generate_completions, render_prompts
 from procrl.trainers.vllm_rollout import colocate_rollout, search_rollout, server_rollout
 from procrl.utils import get_logger, reads_completion_logps
 
 logger = get_logger(__name__)
-
-# The generation primitives moved to the core layer (procrl.generation) so that rewards and data builders use them
-# without importing the trainers; the old paths keep working for one release.
-__getattr__ = moved_names(
-    __name__,
-    {
-        name: "procrl.generation"
-        for name in (
-            "GenerationOutput",
-            "completion_lengths",
-            "eos_token_ids",
-            "generate_completions",
-            "left_pad",
-            "render_prompts",
-        )
-    },
-)
 
 
 def needs_completion_logps(trainer) -> bool:

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field, replace
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from procrl.deprecation import moved_names
 from procrl.generation import SamplingParams, derive_seed, generate_completions
 from procrl.retrieval import Passage, Retriever, format_passages
 from procrl.rewards.steps import token_char_offsets
@@ -47,9 +46,6 @@ logger = get_logger(__name__)
 
 __all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings", "draws_raw_distribution"]
 
-# `question_from_prompt` moved to procrl.rewards.stepgap.trace (the reward parses prompts too); the old path works for
-# one release
-__getattr__ = moved_names(__name__, {"question_from_prompt": "procrl.rewards.stepgap.trace"})
 
 STOP_STRINGS = ("</search>", "</answer>")
 

@@ -14,7 +14,6 @@ from accelerate import PartialState
 from accelerate.utils import parse_flag_from_env
 from transformers.utils.generic import strtobool
 
-from procrl.provenance import cpu_bf16_feature
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -22,7 +21,9 @@ logger = get_logger(__name__)
 __all__ = [
     "CPU_BF16_ENV",
     "BF16_HELP",
+    "NATIVE_BF16_FLAGS",
     "cpu_bf16",
+    "cpu_bf16_feature",
     "default_device",
     "default_state",
     "derive_seed",
@@ -52,6 +53,34 @@ DTYPES = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
+
+
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs that compute bf16 matmuls natively
+
+def cpu_bf16_feature(cpuinfo: str | None = None) -> str | None:
+    """The CPU feature that computes bf16 natively here: "amx_bf16" (Intel AMX) or "avx512_bf16" (AVX512-BF16, e.g.
+    AMD EPYC Zen 4), else None (an AVX2-only CPU emulates bf16 and runs it slower than fp32; no /proc/cpuinfo, i.e.
+    not Linux, also gives None).
+
+    Args:
+        cpuinfo: the text of /proc/cpuinfo (default: read it).
+
+    >>> cpu_bf16_feature("flags\t: fpu avx2 avx512f avx512_bf16")
+    'avx512_bf16'
+    >>> cpu_bf16_feature("flags\t: fpu avx2") is None
+    True
+    """
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="ignore")
+        except OSError:
+            return None
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.partition(":")[2].split())
+    return next((flag for flag in NATIVE_BF16_FLAGS if flag in flags), None)
+
 
 
 def default_state() -> PartialState:

@@ -12,9 +12,9 @@ finished).
 
 Writes a JSON report (settings, accuracy with a 95% Wilson interval, every problem's answer and kept beams) to
 `--output` and prints the accuracy table. Problems whose gold answer cannot be parsed are left out of the accuracy
-and counted (`unparseable_gold`). The run record `run.json` (`procrl.tracking`) goes into the report's folder, with
+and counted (`unparseable_gold`). The run record `run.json` (`procrl.experiment.tracking`) goes into the report's folder, with
 the metrics `beam/accuracy` (also `ci_low`, `ci_high`, `correct`, `total`, `abstained`), `beam/rounds` and
-`beam/unparseable_gold`; also to wandb with `--report-to wandb`. The library: `procrl.trainers.beam_search`
+`beam/unparseable_gold`; also to wandb with `--report-to wandb`. The library: `procrl.evals.beam_search`
 (`run_beam`).
 """
 
@@ -25,9 +25,9 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.tracking import TrackingArguments, numeric_metrics, track_run
-from procrl.trainers.beam_search import BeamConfig, run_beam
-from procrl.trainers.offline import format_accuracy_table
+from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
+from procrl.evals.beam_search import BeamConfig, run_beam
+from procrl.evals.offline import format_accuracy_table
 
 
 def make_parser() -> TrlParser:

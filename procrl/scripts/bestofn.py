@@ -8,11 +8,11 @@ From ONE sample set (the n samples per problem of the reports), the expected acc
 (self-consistency), longest, every `score_<name>` column's argmax, greedy (when the reports have it) and pass@k
 (the ceiling) when each picks from k of the n samples: `subsets` random k-subsets per problem for k < n, the SAME
 for every method, the full set at k == n; the mean over problems with a bootstrap 95% interval over problems.
-Also the within-problem AUROC of each score column and of the length (`procrl.trainers.bestofn`). So the PiCSAR
+Also the within-problem AUROC of each score column and of the length (`procrl.evals.bestofn`). So the PiCSAR
 paper's "PiCSAR@6 beats self-consistency@16" and the PUM paper's best-of-N comparison read off one table.
 
 Writes into `--output-dir` (default: `bestofn/` next to the first report): `bestofn.json` (settings, curves,
-per-problem values, AUROC), `table.md`, `curves.png`, and the run record `run.json` (`procrl.tracking`) with the
+per-problem values, AUROC), `table.md`, `curves.png`, and the run record `run.json` (`procrl.experiment.tracking`) with the
 metrics `bestofn/<method>/acc@<k>` (also `ci_low@<k>`, `ci_high@<k>`), `bestofn/<score>/auroc`,
 `bestofn/problems` and `bestofn/unparseable_gold`; also to wandb with `--report-to wandb`. Prints the table.
 A missing file, a file that is not a select report, reports over different samples, or a k > n: one error line,
@@ -36,8 +36,8 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.tracking import TrackingArguments, track_run
-from procrl.trainers.bestofn import DEFAULT_KS, bestofn_curves, bestofn_table, load_reports, plot_bestofn
+from procrl.experiment.tracking import TrackingArguments, track_run
+from procrl.evals.bestofn import DEFAULT_KS, bestofn_curves, bestofn_table, load_reports, plot_bestofn
 from procrl.utils import json_safe
 
 __all__ = ["BestOfNArguments", "main", "make_parser", "reports_as_flag", "run_metrics"]

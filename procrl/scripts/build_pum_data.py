@@ -9,7 +9,7 @@
 On CPU ranks the "--" keeps torchrun from reading an abbreviation such as --start as its own --start-method. The
 rollouts are sharded over the processes and cached in `<output_dir>/cache/` (a killed run resumes); the main
 process writes dataset/, pairs.parquet, prefixes.jsonl, stats.json, gains.png and the run record run.json
-(`procrl.tracking`; metrics `pum_data/pairs/<type>`, `pum_data/pairs/total`, `pum_data/problems`, `pum_data/prefixes`,
+(`procrl.experiment.tracking`; metrics `pum_data/pairs/<type>`, `pum_data/pairs/total`, `pum_data/problems`, `pum_data/prefixes`,
 `pum_data/rollouts/...`, `pum_data/tokens_generated`) to `output_dir` and prints the stats. Every flag is a field of
 `PUMMathConfig` (`procrl.data_builders.pum_math.config`); the library is `procrl.data_builders.pum_math.build_pum_math`.
 """
@@ -24,7 +24,7 @@ from trl import TrlParser
 from procrl.data_builders.pum_math import PUMMathConfig, build_pum_math
 from procrl.data_builders.pum_math.config import PAIR_TYPES
 from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
-from procrl.tracking import TrackingArguments, numeric_metrics, track_run
+from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
 
 
 def make_parser() -> TrlParser:

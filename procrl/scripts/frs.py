@@ -6,7 +6,7 @@
 
 Samples `--n` traces per problem (temperature 0.7, no top-p/top-k by default) with procrl's batched generation,
 takes each trace's tail confidence from the generation's own raw logits, judges the traces FRS needs
-(`procrl.rewards.frs.plan_judging`) and writes into `--output-dir`:
+(`procrl.evals.frs.plan_judging`) and writes into `--output-dir`:
 
 - `frs.json`: the report (FRS@K, accuracies, selection gain, `rs_auc`, counts, judge statistics), its 95%
   bootstrap intervals over problems (`intervals`: `accuracy`, `accuracy@K`, `frs@K`, `selection_gain` ->
@@ -17,22 +17,22 @@ takes each trace's tail confidence from the generation's own raw logits, judges 
   settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces; the intervals as bands) and histograms of the confidence of correct and
   incorrect traces;
-- `run.json`: the run record (`procrl.tracking`): settings, git state, versions, machine, wall time and the headline
+- `run.json`: the run record (`procrl.experiment.tracking`): settings, git state, versions, machine, wall time and the headline
   metrics `frs/score` (FRS@K of `--k`), `frs/at_k/<K>`, `frs/accuracy`, `frs/selection_gain`, `frs/rs_auc`,
   `frs/judged`, `frs/unscored`, ... (`FRSReport.metrics`) and the intervals `frs/ci/<name>/low|high`; also to
   wandb with `--report-to wandb`.
 
-Intervals for an frs.json written without them (an older run): `procrl.rewards.frs.intervals.
+Intervals for an frs.json written without them (an older run): `procrl.evals.frs.intervals.
 intervals_from_frs_json(path)` (from its traces, nothing judged again); `procrl frs-compare` does it itself.
 
 `--judge local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
 default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
 where vLLM cannot be imported, a schema-constrained transformers judge in this process; `--judge serve:transformers`
 is `transformers serve` (which ignores the schema); `--judge none` skips judging (accuracies and confidences only).
-Flags are dashed or underscored alike (`--k-values` = `--k_values`). The library: `procrl.trainers.frs_offline`
+Flags are dashed or underscored alike (`--k-values` = `--k_values`). The library: `procrl.evals.frs.offline`
 (`run_frs`).
 
-What the report holds besides FRS@K (`procrl.rewards.frs.FRSReport`):
+What the report holds besides FRS@K (`procrl.evals.frs.FRSReport`):
 
 - two reasoning scores per judged trace: RS from the four validated integer scores, and RS_expected from their
   G-Eval expected values sum_v p(v) * v when the judge returns log-probs; FRS@K, the headline FRS and the selection
@@ -54,12 +54,12 @@ from __future__ import annotations
 
 from trl import TrlParser
 
-from procrl.rewards.frs import FRSReport
-from procrl.rewards.frs.intervals import accuracy_key, frs_key
+from procrl.evals.frs import FRSReport
+from procrl.evals.frs.intervals import accuracy_key, frs_key
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.stats import format_estimate
-from procrl.tracking import TrackingArguments, track_run
-from procrl.trainers.frs_offline import OfflineFRSConfig, run_frs
+from procrl.evals.stats import format_estimate
+from procrl.experiment.tracking import TrackingArguments, track_run
+from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
 
 
 def make_parser() -> TrlParser:

@@ -14,13 +14,13 @@ whether FRS separates the pair where accuracy cannot (accuracy intervals overlap
 Writes into `--output-dir`:
 
 - `table.md`: the table (`value [lo, hi]`) and per benchmark the ranks and the pairs (also printed);
-- `frs_compare.json`: the same as data (`procrl.trainers.frs_compare.compare_runs`);
+- `frs_compare.json`: the same as data (`procrl.evals.frs.compare.compare_runs`);
 - `frs_compare.png`: FRS@K against K, a line per model with its interval as a band, a panel per benchmark;
-- `run.json`: the run record (`procrl.tracking`), metrics `frs_compare/runs`, `.../pairs`, `.../inverted`,
+- `run.json`: the run record (`procrl.experiment.tracking`), metrics `frs_compare/runs`, `.../pairs`, `.../inverted`,
   `.../inverted_beyond_intervals`, `.../frs_separates` (counts of pairs).
 
 A missing or unreadable report, two reports of the same (model, benchmark), or a K a report lacks: one error line,
-exit status 2. The library: `procrl.trainers.frs_compare` (`build_comparison`, `write_comparison`).
+exit status 2. The library: `procrl.evals.frs.compare` (`build_comparison`, `write_comparison`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.stats import BOOTSTRAP_RESAMPLES
-from procrl.tracking import TrackingArguments, numeric_metrics, track_run
-from procrl.trainers.frs_compare import build_comparison, format_table, write_comparison
+from procrl.evals.stats import BOOTSTRAP_RESAMPLES
+from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
+from procrl.evals.frs.compare import build_comparison, format_table, write_comparison
 
 __all__ = ["FRSCompareArguments", "main", "make_parser", "reports_as_flag"]
 

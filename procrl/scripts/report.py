@@ -7,8 +7,8 @@
     procrl report docs/results/picsar --metrics 'bestofn/*/acc@16,bestofn/*/auroc'   # a results folder's metrics
     python -m procrl.scripts.report --config report.yaml          # a YAML of these fields; flags override it
 
-Reads each run's `run.json` (written by every procrl command, `procrl.tracking`) and offline wandb runs
-(`wandb/offline-run-*`: `procrl.run_records`), groups the runs into variants (the sweep's parameters without
+Reads each run's `run.json` (written by every procrl command, `procrl.experiment.tracking`) and offline wandb runs
+(`wandb/offline-run-*`: `procrl.experiment.run_records`), groups the runs into variants (the sweep's parameters without
 `seed`; a run without a variant is its own row) and writes into `--output-dir` (default: the sweep directory when
 one directory is given, else ./report):
 
@@ -32,9 +32,9 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.run_records import load_runs, sweep_metric
-from procrl.run_report import format_report, format_table, group_variants
-from procrl.run_report_plot import plot_curves
+from procrl.experiment.run_records import load_runs, sweep_metric
+from procrl.experiment.run_report import format_report, format_table, group_variants
+from procrl.experiment.run_report_plot import plot_curves
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,

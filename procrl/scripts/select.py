@@ -33,10 +33,10 @@ another scorer, or once a PUM is trained) reads them instead of sampling; the gr
 Writes a JSON report (settings, `--picsar-evaluator` included, accuracy per scorer with a 95% Wilson interval,
 every problem's candidates and picks) to `--output` and prints the accuracy table. Problems whose gold answer
 cannot be parsed are left out of the accuracy and counted (`unparseable_gold`). The run record `run.json`
-(`procrl.tracking`) goes into the report's folder, with the metrics `select/<scorer>/accuracy` (also `ci_low`,
+(`procrl.experiment.tracking`) goes into the report's folder, with the metrics `select/<scorer>/accuracy` (also `ci_low`,
 `ci_high`, `correct`, `total`, `abstained`; the greedy and oracle rows as `select/greedy/...` and
 `select/pass@N (oracle)/...`), `select/mean_sample_accuracy` and `select/unparseable_gold`; also to wandb with
-`--report-to wandb`. The library: `procrl.trainers.selection` (`run_select`).
+`--report-to wandb`. The library: `procrl.evals.selection` (`run_select`).
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.tracking import TrackingArguments, numeric_metrics, track_run
-from procrl.trainers.offline import format_accuracy_table
-from procrl.trainers.selection import SelectConfig, run_select
+from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
+from procrl.evals.offline import format_accuracy_table
+from procrl.evals.selection import SelectConfig, run_select
 
 
 def make_parser() -> TrlParser:

@@ -2,27 +2,27 @@
 set, with a stage ablation, bootstrap intervals and an LLM-only comparison (DESIGN §4 "StepGap"; StepGap, arXiv
 2605.24733, §"verifier evaluation").
 
-    procrl stepgap-eval --data rewards/stepgap/data/annotated_2wiki.jsonl [--judge local|URL] \\
+    procrl stepgap-eval --data evals/stepgap/data/annotated_2wiki.jsonl [--judge local|URL] \\
         [--nli judge|cross-encoder/nli-deberta-v3-large] [--output-dir runs/stepgap_eval] [--limit N]
     procrl stepgap-eval --nli-entail-min 0.8 --nli-contradict-min 0.5   # stage D/E thresholds (probabilities)
     procrl stepgap-eval --config eval.yaml --limit 4          # a YAML of these fields; flags override it
     procrl stepgap-eval --llm-only --bootstrap-resamples 1000   # + the LLM-only verifier and its prompt ablations
     python -m procrl.scripts.stepgap_eval --no-ablation
 
-Prints one table (`procrl.rewards.stepgap.evaluate.format_table`): the full tree, each one-stage ablation (-A ... -E),
-with `--llm-only` the LLM-only verifier (`procrl.rewards.stepgap.llm_only`: one call of the same judge per step,
+Prints one table (`procrl.evals.stepgap.evaluate.format_table`): the full tree, each one-stage ablation (-A ... -E),
+with `--llm-only` the LLM-only verifier (`procrl.evals.stepgap.llm_only`: one call of the same judge per step,
 labelling it NONE/CC/IE/MB directly; ERROR when unscored) and its prompt ablations (LLM-only -definitions, -evidence,
 -history, -question; one more judge call per step each, skipped with `--no-ablation`), the trivial baselines on the
 same steps (all-NONE; all-IE, which flags every step: the Q-F1 inflation check; random with the gold label shares: the
 mean over `--baseline-draws` seeded draws) and the paper's reference row (sF1 72.0, Q-F1 81.2, BA 60.6, strong judge;
 a constant). Every row but the paper's shows `value [low, high]`: the 95% percentile bootstrap interval over QUESTIONS
 (`--bootstrap-resamples`, default 1000, the same resamples for every row, seeded by `--seed`; 0 = no intervals;
-`procrl.rewards.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of metrics.json.
+`procrl.evals.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of metrics.json.
 Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same table in
-Markdown), `metrics.png` (each metric of every row with its interval, `procrl.rewards.stepgap.plot`),
+Markdown), `metrics.png` (each metric of every row with its interval, `procrl.evals.stepgap.plot`),
 `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only` each
 LLM-only row's label and the raw reply to the full LLM-only prompt) and the run record `run.json`
-(`procrl.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
+(`procrl.experiment.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
 precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
 `stepgap/label_distribution/<label>`, the counts and `stepgap/judge_unscored`; also to wandb with `--report-to wandb`)
 into `--output-dir`. Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed
@@ -41,7 +41,7 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.judges import judge_options, open_judge
-from procrl.rewards.stepgap.evaluate import (
+from procrl.evals.stepgap.evaluate import (
     BASELINE_DRAWS,
     BOOTSTRAP_RESAMPLES,
     DEFAULT_DATA,
@@ -51,12 +51,12 @@ from procrl.rewards.stepgap.evaluate import (
     format_table,
     load_annotated,
 )
-from procrl.rewards.stepgap.llm_only import LLMOnlyVerifier
+from procrl.evals.stepgap.llm_only import LLMOnlyVerifier
 from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
-from procrl.rewards.stepgap.plot import plot_metrics
+from procrl.evals.stepgap.plot import plot_metrics
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.tracking import REPORT_TO_HELP, TrackingArguments, numeric_metrics, track_run
+from procrl.experiment.tracking import REPORT_TO_HELP, TrackingArguments, numeric_metrics, track_run
 
 __all__ = ["StepGapEvalArguments", "main", "make_parser"]
 

@@ -9,7 +9,7 @@
     launch/sweep.sh SWEEP.yaml [flags]                                     # the same, .venv python, WANDB_MODE=offline
     python -m procrl.scripts.sweep SWEEP.yaml                              # the same
 
-The file (`procrl.sweeps`): `program`, `method: grid | random`, `metric`, `parameters` (`value`, `values`,
+The file (`procrl.experiment.sweeps`): `program`, `method: grid | random`, `metric`, `parameters` (`value`, `values`,
 `distribution: uniform | log_uniform_values | int_uniform | categorical` with `min`/`max`), `command` with wandb's
 macros (`${env} ${interpreter} ${program} ${args} ...`), `run_cap`. Alternative configs are a parameter:
 `config: {values: [configs/grpo/a.yaml, configs/grpo/b.yaml]}` gives `--config=configs/grpo/a.yaml`.
@@ -26,7 +26,7 @@ launch/sweep.sh runs from the repository root), `${interpreter}` being this Pyth
 `<output dir>/<name>` (default output dir `outputs/sweeps/<sweep name>`): `--output_dir <that folder>` is appended
 to its argv (unless the sweep sets the flag itself; `--output-flag` names another), its environment has
 `PROCRL_VARIANT` = JSON {sweep, name, parameters, seed}, and its stdout and stderr are appended to `log.txt` there.
-PROCRL_VARIANT's `fingerprint` (`procrl.sweep_command.fingerprint`: all the
+PROCRL_VARIANT's `fingerprint` (`procrl.experiment.sweep_command.fingerprint`: all the
 parameters, constants included, the sweep's command and program, and the resolved content of every `--config` file,
 `base:` chain included) goes into run.json's `variant`. A variant whose `run.json` says `"status": "finished"` with
 the same fingerprint is skipped, so an interrupted sweep resumes where it stopped; a finished variant whose settings
@@ -37,7 +37,7 @@ recorded and the sweep goes on. `<output dir>/sweep.json` records every variant'
 state (finished | failed | interrupted | pending). Ctrl-C (or SIGTERM) stops the running variant's process group
 (SIGINT / SIGTERM, SIGKILL after `--stop-timeout` seconds). Exit status: 0 when every variant finished, 1 when one
 failed, 130 when interrupted, 2 on bad arguments, a bad sweep file or changed settings without `--rerun`.
-The runner itself is procrl/scripts/_sweep_runner.py.
+The runner itself is procrl/experiment/sweep_runner.py.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.scripts._sweep_runner import EXIT_FAILED, run_offline, run_state
-from procrl.sweeps import Sweep, Variant, config_paths, expand, fingerprint, load_sweep
+from procrl.experiment.sweep_runner import EXIT_FAILED, run_offline, run_state
+from procrl.experiment.sweeps import Sweep, Variant, config_paths, expand, fingerprint, load_sweep
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

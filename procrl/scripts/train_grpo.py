@@ -10,7 +10,7 @@
 ranks.) The job: load the policy (`model_name_or_path: default` is the embedded SmolLM2-135M-Instruct), open the
 task, build its rewards, evaluate the policy greedily on the eval sets, train with `ProcessGRPOTrainer`, evaluate
 again, and write `summary.json` and `curves.png` into `output_dir`; the main process prints the report. The run
-record `run.json` (`procrl.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir` too, with
+record `run.json` (`procrl.experiment.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir` too, with
 `run_metrics` (task accuracy after and before training, the last logged reward, reward components, length and
 `process/`, `frs/`, `hacking/`, `stepgap/` keys) and the trainer's log history.
 
@@ -35,10 +35,10 @@ from typing import NamedTuple
 from trl import ModelConfig
 
 from procrl.data_builders.datasets import BUILTIN_DATASETS
-from procrl.reporting import format_table
+from procrl.experiment.reporting import format_table
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
-from procrl.tracking import history_from_log, track_run
+from procrl.experiment.tracking import history_from_log, track_run
 from procrl.trainers.callbacks import FRSArguments
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.tasks.arguments import SEARCH_TEMPLATES, MathTaskArguments, SearchTaskArguments
@@ -271,7 +271,7 @@ def run(job: GRPOJob) -> dict:
 
 def format_summary(summary: dict) -> str:
     """The report of a GRPO run that `main` prints: model, data, steps and wall time, rewards and weights, the
-    before/after table (`procrl.reporting.format_table`), where the summary, curves and wandb run are, total wall
+    before/after table (`procrl.experiment.reporting.format_table`), where the summary, curves and wandb run are, total wall
     time.
 
     Args:

@@ -14,7 +14,7 @@ The flags are the fields of `PUMScriptArguments` and `PUMTrainingConfig` (`procr
 TRL's `ModelConfig`; `--config x.yaml` sets them from a file and flags override it. The job itself (split by
 problem, render, Bradley-Terry with margin, held-out evaluation, outputs) is `procrl.trainers.pum_training.train`;
 this command prints its held-out table on rank 0, or one error line (exit status 2) for a missing pair set. The
-run record `run.json` (`procrl.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir`, with the
+run record `run.json` (`procrl.experiment.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir`, with the
 last logged value of every `eval_*` key (eval_loss, eval_pairwise_accuracy[_<type>], ...), the held-out summary as
 `pum/heldout_accuracy`, `pum/heldout_accuracy_before`, `pum/heldout_n`, `pum/heldout/<type>/accuracy`,
 `pum/length_baseline_accuracy`, `pum/train_loss`, `pum/steps`, and the trainer's log history.
@@ -32,7 +32,7 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.tracking import history_from_log, track_run
+from procrl.experiment.tracking import history_from_log, track_run
 from procrl.trainers.pum_data import PairsNotFoundError
 from procrl.trainers.pum_training import PUMScriptArguments, PUMTrainingConfig, train
 

@@ -72,6 +72,7 @@ logger = get_logger(__name__)
 
 LABELS = ("NONE", "CC", "IE", "MB", "ERROR")
 GAP_LABELS = ("CC", "IE", "MB")
+TYPED_LABELS = ("NONE", "CC", "IE", "MB")  # the labels an annotated step can carry (ERROR is never gold)
 STAGES = ("A", "B", "C", "D", "E")
 
 __all__ = [

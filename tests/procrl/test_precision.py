@@ -1,4 +1,4 @@
-"""`bf16: auto` (procrl.generation.runtime) and the CPU feature behind it (procrl.provenance): the rule is tested on
+"""`bf16: auto` (procrl.generation.runtime) and the CPU feature behind it (procrl.experiment.provenance): the rule is tested on
 given /proc/cpuinfo texts and a mocked GPU check, so nothing here depends on the CPU the suite runs on."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from grpo_helpers import grpo_config
 
 from procrl.generation import runtime
 from procrl.generation.runtime import CPU_BF16_ENV, cpu_bf16, resolve_bf16, resolve_dtype
-from procrl.provenance import cpu_bf16_feature, machine_info
+from procrl.experiment.provenance import machine_info
+from procrl.generation.runtime import cpu_bf16_feature
 from procrl.trainers.pum_training import PUMTrainingConfig
 
 # flags lines as /proc/cpuinfo prints them (trimmed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from procrl.rewards.stepgap.evaluate import DEFAULT_DATA, load_annotated
+from procrl.evals.stepgap.evaluate import DEFAULT_DATA, load_annotated
 from procrl.rewards.stepgap.quotes import find_quote, quote_candidates, sentence_spans
 from procrl.rewards.stepgap.trace import Passage
 

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from procrl.judges import Judge, JudgeResult, parse_judgement
-from procrl.rewards.frs import DIMENSIONS
+from procrl.evals.frs import DIMENSIONS
 from procrl.scripts.frs import main, make_parser
-from procrl.trainers import frs_offline
+from procrl.evals.frs import offline as frs_offline
 
 
 @pytest.fixture()

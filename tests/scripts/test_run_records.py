@@ -1,4 +1,4 @@
-"""The run record (`run.json`, `procrl.tracking`) of the result commands: `procrl select`, `procrl frs` and `procrl
+"""The run record (`run.json`, `procrl.experiment.tracking`) of the result commands: `procrl select`, `procrl frs` and `procrl
 beam` end to end on a tiny random policy (the record's metrics equal the numbers of the command's own JSON report; a
 failing command leaves a failed record), and each command's `run_metrics` on a hand-made result."""
 

@@ -13,7 +13,7 @@ from procrl.scripts.beam import main as main_beam
 from procrl.scripts.beam import make_parser as make_beam_parser
 from procrl.scripts.select import main as main_select
 from procrl.scripts.select import make_parser as make_select_parser
-from procrl.trainers.selection import select_argmax, select_majority, select_random
+from procrl.evals.selection import select_argmax, select_majority, select_random
 
 # ----------------------------------------------------------------------------------------------------------
 # End to end on tiny models

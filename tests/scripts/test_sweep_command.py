@@ -18,7 +18,7 @@ import yaml
 from procrl.scripts import sweep as sweep_command
 from procrl.scripts._common import parse_or_exit
 from procrl.scripts.train_grpo import make_parser as make_grpo_parser
-from procrl.sweeps import load_sweep
+from procrl.experiment.sweeps import load_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fake_sweep_program.py"
@@ -279,7 +279,7 @@ def test_every_shipped_parameter_is_a_config_field_of_the_program(path, tmp_path
 
 
 def test_the_reward_ablation_is_five_rewards_by_two_seeds():
-    from procrl.sweeps import expand
+    from procrl.experiment.sweeps import expand
 
     variants = expand(load_sweep(ROOT / "configs" / "sweeps" / "reward_ablation_svamp.yaml"))
     stems = ["svamp_smollm2_outcome", "svamp_smollm2_picsar", "svamp_smollm2_pum", "svamp_smollm2_pum_process", "svamp_smollm2_pum_steps"]  # fmt: skip
@@ -400,7 +400,7 @@ def test_a_rerun_that_dies_before_its_record_is_not_judged_by_the_stale_one(tmp_
 
 
 def test_the_run_record_keeps_the_variant_fingerprint(tmp_path, monkeypatch):
-    from procrl.tracking import track_run
+    from procrl.experiment.tracking import track_run
 
     variant = {"sweep": "s", "name": "seed=1", "parameters": {"seed": 1}, "seed": 1, "fingerprint": "ab" * 32}
     monkeypatch.setenv("PROCRL_VARIANT", json.dumps(variant))

@@ -16,12 +16,13 @@ from transformers import GenerationConfig
 from procrl.generation import render_prompts
 from procrl.judges import Judge, JudgeResult
 from procrl.logprobs import sequence_logps
-from procrl.rewards.frs import FRSConfig, ReasoningJudgement, Trace, tail_confidence_from_logps
+from procrl.evals.frs import FRSConfig, ReasoningJudgement, Trace, tail_confidence_from_logps
 from procrl.rewards.outcome import outcome_reward
-from procrl.trainers import callbacks, frs_traces
+from procrl.evals.frs import sampling as frs_traces
+from procrl.trainers import callbacks
 from procrl.trainers.callbacks import FRSArguments, add_frs_callback
 from procrl.trainers.frs_callback import FRSCallback
-from procrl.trainers.frs_traces import generate_traces
+from procrl.evals.frs.sampling import generate_traces
 from procrl.trainers.grpo import ProcessGRPOTrainer
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"), ("What is 1 + 1?", "2")]
@@ -292,5 +293,5 @@ def test_frs_arguments_build_and_attach_the_callback(tmp_path):
 def test_the_callback_and_its_sampler_keep_their_old_path_for_one_release():
     with pytest.warns(DeprecationWarning, match="procrl.trainers.frs_callback.FRSCallback"):
         assert callbacks.FRSCallback is FRSCallback
-    with pytest.warns(DeprecationWarning, match="procrl.trainers.frs_traces.generate_traces"):
+    with pytest.warns(DeprecationWarning, match="procrl.evals.frs.sampling.generate_traces"):
         assert callbacks.generate_traces is generate_traces

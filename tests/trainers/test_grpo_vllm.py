@@ -19,7 +19,7 @@ import procrl.trainers.vllm_rollout as vllm_rollout
 from procrl.generation import render_prompts
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
-from procrl.trainers.evaluation import evaluate
+from procrl.evals.accuracy import evaluate
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.rollout import needs_completion_logps
 from procrl.trainers.vllm_rollout import sampler_is_raw, trl_sampling_fields

@@ -21,7 +21,7 @@ from procrl.rewards.pum import PrefixUtilityModel, render_prompt_ids
 from procrl.scripts.train_pum import make_parser
 from procrl.trainers import pum_data, pum_training
 from procrl.trainers.pum_data import split_by_problem, tokenize_pairs
-from procrl.trainers.pum_evaluation import evaluate_pairs, length_baseline
+from procrl.evals.pum import evaluate_pairs, length_baseline
 from procrl.trainers.pum_training import PUMScriptArguments
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,7 +259,7 @@ def test_dashed_and_underscored_flags_are_the_same():
 def test_moved_names_keep_their_old_path_for_one_release():
     with pytest.warns(DeprecationWarning, match="procrl.trainers.pum_data.load_pairs"):
         assert pum_training.load_pairs is pum_data.load_pairs
-    with pytest.warns(DeprecationWarning, match="procrl.trainers.pum_evaluation.evaluate_pairs"):
+    with pytest.warns(DeprecationWarning, match="procrl.evals.pum.evaluate_pairs"):
         assert pum_training.evaluate_pairs is evaluate_pairs
 
 

@@ -20,10 +20,10 @@ from typing import Any
 from trl import get_peft_config
 
 from procrl.models import load_policy
-from procrl.reporting import finish_wandb_run, plot_curves
-from procrl.stats import format_estimate
+from procrl.experiment.reporting import finish_wandb_run, plot_curves
+from procrl.evals.stats import format_estimate
 from procrl.trainers.callbacks import add_frs_callback
-from procrl.trainers.evaluation import evaluate
+from procrl.evals.accuracy import evaluate
 from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.tasks.rewards import RewardSet
 from procrl.trainers.vllm_colocate import colocate_engine

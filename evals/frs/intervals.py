@@ -1,0 +1,286 @@
+"""Bootstrap intervals of FRS's numbers over PROBLEMS (part of `procrl.evals.frs`; issue 17).
+
+The unit of resampling is the problem: a resample draws n problems with replacement (`procrl.evals.stats.
+bootstrap_interval`: `numpy.random.default_rng(seed).integers(0, n, size=n)` per draw) and takes ALL traces of each
+drawn problem; a problem drawn twice contributes its traces twice. On every resample the statistic does what the
+point estimate (`summarize`) does, with compute.py's own functions: the pooled traces are re-ranked by confidence
+(`rank_by_confidence`), the top floor(K% * N) re-selected (`kept_count`), and
+
+- `accuracy`: the accuracy of all traces (`_accuracy`);
+- `accuracy@K`: the accuracy of the kept traces;
+- `frs@K`: FRS@K over the kept traces with a score (`_frs_at`, from RS);
+- `selection_gain`: the mean over the resampled questions of RS(most confident) - RS(random) (`_selection_gain`, run
+  on each problem's own traces: a question's gain depends on its traces only, so a problem drawn twice is two
+  questions with the same gain, exactly as two copies of it would be).
+
+Each interval is the percentile interval (default 95%) of the resampled values; a resample where a number is not
+defined (no kept trace with a score, no question with a gain) is left out of that number's interval and counted
+(`FRSIntervals.n_undefined`); a number defined on no resample has no interval (None). The traces are used as they
+were judged: nothing is judged again. So a resample's top-K% can reach traces the point estimate did not judge (its
+K-cut falls lower); those count as kept traces without a score, as failed judgements do in the point estimate. With
+the bin estimator a resampled bin's judged sample is the resampled copies of the traces the point estimate's bin
+sample (`_bins`) held, so the identity resample reproduces the point estimate for either estimator.
+
+    >>> t = [Trace("a", "", "", "1", True, 0.9, 5), Trace("b", "", "", "1", False, 0.5, 5)]
+    >>> point_estimates(t, FRSConfig(k_values=(50,)))["accuracy@50"]
+    1.0
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from procrl.evals.frs.compute import _RS, _accuracy, _bins, _frs_at, _mean, _selection_gain
+from procrl.evals.frs.confidence import kept_count, rank_by_confidence
+from procrl.evals.frs.traces import FRSConfig, Trace
+from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_interval
+
+__all__ = [
+    "ACCURACY",
+    "SELECTION_GAIN",
+    "FRSIntervals",
+    "accuracy_key",
+    "frs_intervals",
+    "frs_key",
+    "intervals_from_frs_json",
+    "intervals_from_result",
+    "metric_names",
+    "point_estimates",
+]
+
+ACCURACY, SELECTION_GAIN = "accuracy", "selection_gain"
+
+
+def accuracy_key(k: float) -> str:
+    """The name of the top-K% accuracy: `accuracy_key(10) == "accuracy@10"`, `accuracy_key(12.5) == "accuracy@12.5"`."""
+    return f"accuracy@{float(k):g}"
+
+
+def frs_key(k: float) -> str:
+    """The name of FRS@K: `frs_key(10) == "frs@10"`."""
+    return f"frs@{float(k):g}"
+
+
+def metric_names(config: FRSConfig) -> list[str]:
+    """The numbers that get intervals, in report order: accuracy, accuracy@K and frs@K for every K of
+    `config.k_values`, selection_gain."""
+    return [
+        ACCURACY,
+        *(accuracy_key(k) for k in config.k_values),
+        *(frs_key(k) for k in config.k_values),
+        SELECTION_GAIN,
+    ]
+
+
+@dataclass
+class FRSIntervals:
+    """Bootstrap intervals of one (model, benchmark)'s FRS numbers (see the module docstring).
+
+    Attributes:
+        intervals: name (`metric_names`) -> (low, high), or None where the number is defined on no resample.
+            Accuracies are fractions in [0, 1]; FRS and the selection gain are RS units (0-100).
+        resamples, confidence, seed: the bootstrap's settings (`procrl.evals.stats.bootstrap_interval`).
+        n_problems: the problems resampled.
+        n_undefined: name -> resamples on which the number was not defined (left out of its interval).
+    """
+
+    intervals: dict[str, tuple[float, float] | None]
+    resamples: int
+    confidence: float
+    seed: int
+    n_problems: int
+    n_undefined: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """`{"intervals": {name: [low, high] | None}, "bootstrap": {unit, resamples, confidence, seed, n_problems,
+        n_undefined}}`: the two keys `procrl frs` writes into frs.json next to `report`."""
+        return {
+            "intervals": {k: (None if v is None else [v[0], v[1]]) for k, v in self.intervals.items()},
+            "bootstrap": {
+                "unit": "problems",
+                "resamples": self.resamples,
+                "confidence": self.confidence,
+                "seed": self.seed,
+                "n_problems": self.n_problems,
+                "n_undefined": dict(self.n_undefined),
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Scored:
+    """What a resample reads of a trace (`rs` computed once, not per resample)."""
+
+    correct: bool | None
+    confidence: float | None
+    rs: float | None
+
+
+class _Resampler:
+    """The traces grouped by problem (first-appearance order) and what every resample reuses: each problem's
+    selection gain and, for the bin estimator, which traces the point estimate's bins sampled."""
+
+    def __init__(self, traces: Sequence[Trace], config: FRSConfig) -> None:
+        self.traces, self.config = list(traces), config
+        self.scored = [_Scored(t.correct, t.confidence, t.rs) for t in self.traces]
+        index: dict[str, int] = {}
+        self.problem_of = [index.setdefault(t.problem_id, len(index)) for t in self.traces]
+        self.n_problems = len(index)
+        members: list[list[int]] = [[] for _ in range(self.n_problems)]
+        for i, p in enumerate(self.problem_of):
+            members[p].append(i)
+        self.gains: list[float | None] = [None] * self.n_problems
+        if config.selection_gain:
+            for p, group in enumerate(members):
+                own = [self.traces[i] for i in group]
+                self.gains[p] = _selection_gain(own, rank_by_confidence([t.confidence for t in own]), config, _RS)[0]
+        self.sampled: set[int] | None = None
+        if config.estimator == "bins":
+            ranked = rank_by_confidence([t.confidence for t in self.traces])
+            self.sampled = {i for sample in _bins(ranked, config) for i in sample}
+
+    def statistics(self, counts: np.ndarray) -> dict[str, float | None]:
+        """Every number of `metric_names` on the resample that takes problem p `counts[p]` times (copies of a trace
+        adjacent, the original order otherwise: all counts 1 is the original set)."""
+        origin = [i for i, p in enumerate(self.problem_of) for _ in range(int(counts[p]))]
+        traces = [self.scored[i] for i in origin]
+        ranked = rank_by_confidence([t.confidence for t in traces])
+        n = len(ranked)
+        bins = None
+        if self.sampled is not None:
+            n_bins = self.config.n_bins
+            bins = [
+                [j for j in ranked[b * n // n_bins : (b + 1) * n // n_bins] if origin[j] in self.sampled]
+                for b in range(n_bins)
+            ]
+        values: dict[str, float | None] = {ACCURACY: _accuracy(traces)}
+        for k in self.config.k_values:
+            keep = kept_count(n, k)
+            values[accuracy_key(k)] = _accuracy(traces[j] for j in ranked[:keep])
+            values[frs_key(k)] = _frs_at(traces, ranked, bins, keep, _RS)[0]
+        gains = [g for p, g in enumerate(self.gains) if g is not None for _ in range(int(counts[p]))]
+        values[SELECTION_GAIN] = _mean(gains) if self.config.selection_gain else None
+        return values
+
+
+def point_estimates(traces: Sequence[Trace], config: FRSConfig) -> dict[str, float | None]:
+    """The numbers of `metric_names` on the traces themselves (the bootstrap's statistic on the identity resample):
+    the values `summarize` reports as `accuracy`, `accuracy_at_k[K]`, `at_k[K]` and `selection_gain` (None where it
+    reports None, except that the selection gain here needs no judgement to exist: without one it is None anyway)."""
+    resampler = _Resampler(traces, config)
+    return resampler.statistics(np.ones(resampler.n_problems, dtype=np.int64))
+
+
+def frs_intervals(
+    traces: Sequence[Trace],
+    config: FRSConfig,
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> FRSIntervals:
+    """Percentile bootstrap intervals over problems of accuracy, accuracy@K, FRS@K and the selection gain.
+
+    Args:
+        traces: every trace of one (model, benchmark), judged as `summarize` sees them (`scores` / `unscored`).
+        config: the `FRSConfig` the point estimate used (K values, estimator, selection gain's baseline and seed).
+        resamples: bootstrap draws (>= 1); confidence: the coverage, in (0, 1); seed: the draws' seed. Every number
+            is computed on the same draws (one `bootstrap_interval` call per number, each with `seed`).
+
+    Returns:
+        `FRSIntervals`; with no traces every interval is None (nothing to resample) and `n_problems` is 0. With one
+        problem each interval is (value, value).
+
+    Raises:
+        ValueError: `resamples` < 1 or `confidence` outside (0, 1).
+    """
+    if resamples < 1:
+        raise ValueError(f"frs_intervals: resamples must be >= 1, got {resamples} (0 = no intervals is the caller's)")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"frs_intervals: confidence must be in (0, 1), got {confidence}")
+    names = metric_names(config)
+    resampler = _Resampler(traces, config)
+    n = resampler.n_problems
+    if n == 0:
+        return FRSIntervals({name: None for name in names}, resamples, confidence, seed, 0, {name: 0 for name in names})
+    memo: dict[bytes, dict[str, float | None]] = {}  # one computation per distinct resample, shared by all numbers
+
+    def values_of(idx: np.ndarray) -> dict[str, float | None]:
+        counts = np.bincount(idx, minlength=n)
+        key = counts.tobytes()
+        if key not in memo:
+            memo[key] = resampler.statistics(counts)
+        return memo[key]
+
+    intervals: dict[str, tuple[float, float] | None] = {}
+    undefined: dict[str, int] = {}
+    for name in names:
+        seen = {"defined": 0, "undefined": 0}
+
+        def statistic(idx: np.ndarray, name: str = name, seen: dict = seen) -> float:
+            value = values_of(idx)[name]
+            seen["defined" if value is not None else "undefined"] += 1
+            return math.nan if value is None else float(value)
+
+        try:
+            intervals[name] = bootstrap_interval(n, statistic, resamples=resamples, confidence=confidence, seed=seed)
+        except ValueError:
+            if seen["defined"]:  # not the "no finite value" refusal: a real error
+                raise
+            intervals[name] = None
+        undefined[name] = seen["undefined"]
+    return FRSIntervals(intervals, resamples, confidence, seed, n, undefined)
+
+
+def intervals_from_result(
+    result: Mapping[str, Any],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int | None = None,
+) -> FRSIntervals:
+    """`frs_intervals` of a `procrl frs` result (what frs.json holds): its `traces` (with their judgements, so nothing
+    is judged again) and its `settings.frs` config; `seed` None = the run's FRS seed (`settings.frs.seed`), as
+    `procrl frs` itself uses.
+
+    Raises:
+        ValueError: the result has no `traces` list or no `settings.frs`, a trace or the config does not read back
+            (`Trace.from_dict`, `FRSConfig`), or the errors of `frs_intervals`.
+    """
+    rows = result.get("traces") if isinstance(result, Mapping) else None
+    settings = result.get("settings") if isinstance(result, Mapping) else None
+    if not isinstance(rows, list):
+        raise ValueError("not a procrl frs result: no 'traces' list (frs.json of `procrl frs`)")
+    if not isinstance(settings, Mapping) or not isinstance(settings.get("frs"), Mapping):
+        raise ValueError("not a procrl frs result: no 'settings.frs' (the FRS config of the run)")
+    try:
+        traces = [Trace.from_dict(dict(row)) for row in rows]
+        config = FRSConfig(**settings["frs"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the frs result does not read back: {error}") from error
+    return frs_intervals(
+        traces, config, resamples=resamples, confidence=confidence, seed=config.seed if seed is None else seed
+    )
+
+
+def intervals_from_frs_json(
+    path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95, seed: int | None = None
+) -> FRSIntervals:
+    """`intervals_from_result` of a frs.json file (old reports get intervals without re-judging).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not JSON, or the errors of `intervals_from_result`.
+    """
+    text = Path(path).read_text()
+    try:
+        result = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path} is not JSON: {error}") from error
+    return intervals_from_result(result, resamples=resamples, confidence=confidence, seed=seed)

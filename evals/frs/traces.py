@@ -1,0 +1,231 @@
+"""FRS data (part of `procrl.evals.frs`): one judged `Trace`, the `FRSConfig` of the computation and the
+`FRSReport` it gives.
+
+A judged trace keeps two readings of the judge: `scores`, the four validated integer scores (RS, `Trace.rs`), and
+`expected_scores`, the four G-Eval expected scores from the judge's probabilities (RS_expected,
+`Trace.rs_expected`; only with a backend that returns log-probs). The report carries both: `at_k` / `score` /
+`selection_gain` / `rs_auc` from RS, and `at_k_expected` / `score_expected` / `selection_gain_expected` /
+`rs_expected_auc` from RS_expected (None unless every scored trace has expected scores; `n_scored_without_probs`
+counts those that do not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from procrl.evals.frs.judging import reasoning_score
+
+__all__ = ["DEFAULT_K_VALUES", "FRSConfig", "FRSReport", "Trace"]
+
+DEFAULT_K_VALUES = (10, 20, 30, 40, 50)
+
+
+@dataclass
+class Trace:
+    """One sampled reasoning trace of one problem.
+
+    Attributes:
+        problem_id: groups the traces of one question (selection gain).
+        problem: the problem text shown to the judge.
+        completion: the trace text (special tokens removed).
+        gold: the gold answer as the data set gives it (None when unknown).
+        correct: the final answer verified against the gold (`procrl.rewards.outcome.is_correct`); None when the
+            gold cannot be parsed.
+        confidence: tail confidence (probability, in [0, 1]); None for an empty trace.
+        num_tokens: L, completion tokens including EOS.
+        scores: the judge's scores once judged and valid (integers 1-5 by dimension, the validated reply: the
+            argmax of each score's distribution under greedy decoding), else None.
+        unscored: why the judgement failed (the judge client's reason), else None.
+        expected_scores: the expected score of each dimension, sum_v p(v) * v over 1-5 (floats in [1, 5], G-Eval;
+            `procrl.evals.frs.judging.expected_scores`), when the judge returned probabilities for all four;
+            else None.
+    """
+
+    problem_id: str
+    problem: str
+    completion: str
+    gold: str | None
+    correct: bool | None
+    confidence: float | None
+    num_tokens: int
+    scores: dict[str, int] | None = None
+    unscored: str | None = None
+    expected_scores: dict[str, float] | None = None
+
+    @property
+    def rs(self) -> float | None:
+        """Reasoning score in [0, 100] from `scores`, None when not (validly) judged."""
+        return None if self.scores is None else reasoning_score(self.scores)
+
+    @property
+    def rs_expected(self) -> float | None:
+        """Reasoning score in [0, 100] from `expected_scores` (G-Eval), None without them."""
+        return None if self.expected_scores is None else reasoning_score(self.expected_scores)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, plus `rs`, plus `rs_expected` when the trace has expected scores.
+
+        `rs_expected` is left out otherwise so that a trace written before judging (`traces.jsonl`) reads back with
+        `Trace(**row)` once `rs` is dropped (`procrl.evals.frs.sampling`); `from_dict` drops both."""
+        out = dict(asdict(self), rs=self.rs)
+        if self.expected_scores is not None:
+            out["rs_expected"] = self.rs_expected
+        return out
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Trace:
+        """The inverse of `to_dict` (the derived `rs` and `rs_expected` are dropped).
+
+        Raises:
+            TypeError: a key that is neither a field nor a derived value, or a missing field."""
+        return cls(**{k: v for k, v in row.items() if k not in ("rs", "rs_expected")})
+
+
+@dataclass
+class FRSConfig:
+    """How FRS is computed. Defaults follow DESIGN §4 "FRS"; the paper is silent where marked *(default)*."""
+
+    k_percent: float = field(default=10, metadata={"help": "K of the headline FRS: keep the top K% most confident."})
+    k_values: tuple[float, ...] = field(
+        default=DEFAULT_K_VALUES, metadata={"help": "K values (percent) of the FRS@K curve; k_percent is added."}
+    )
+    tail_fraction: float = field(default=0.1, metadata={"help": "Share of lowest-probability tokens in the tail."})
+    estimator: str = field(
+        default="topk",
+        metadata={
+            "help": "'topk': judge every kept trace (exact). 'bins': the paper's estimator, equal-count confidence "
+            "bins with at most max_per_bin judged per bin; FRS@K = bin means weighted by their overlap with the top K%."
+        },
+    )
+    n_bins: int = field(
+        default=10, metadata={"help": "Equal-count confidence bins of the 'bins' estimator *(default)*."}
+    )
+    max_per_bin: int = field(default=50, metadata={"help": "At most this many traces are judged per bin ('bins')."})
+    selection_gain: bool = field(default=True, metadata={"help": "Judge what the selection gain needs and report it."})
+    random_baseline: str = field(
+        default="sample",
+        metadata={
+            "help": "Selection gain's RS(random): 'sample' = RS of one seeded random trace of the question (<= 2 "
+            "judgements per question); 'mean' = the mean RS of the question's traces, the exact expectation "
+            "(noise-free, but every trace of the question is judged)."
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the hash-based random choices (bins, random trace)."})
+    max_trace_chars: int = field(default=8000, metadata={"help": "Longer traces are cut in the middle for the judge."})
+    judge_sees_correctness: bool = field(
+        default=True,
+        metadata={
+            "help": 'Show the judge {"final_correct": ...} (the answer check); False drops that line from the '
+            "prompt (the ablation: does RS carry more than the flag?)."
+        },
+    )
+
+    def __post_init__(self):
+        self.k_values = tuple(sorted({*(float(k) for k in self.k_values), float(self.k_percent)}))
+        self.k_values = tuple(int(k) if float(k).is_integer() else k for k in self.k_values)
+        if float(self.k_percent).is_integer():
+            self.k_percent = int(self.k_percent)
+        for k in self.k_values:
+            if not 0 < k <= 100:
+                raise ValueError(f"K values are percentages in (0, 100], got {k}; e.g. k_values: [10, 20, 30, 40, 50]")
+        if not 0 < self.tail_fraction <= 1:
+            raise ValueError(f"tail_fraction must be in (0, 1], got {self.tail_fraction} (the paper uses 0.1)")
+        if self.estimator not in ("topk", "bins"):
+            raise ValueError(f"estimator must be 'topk' or 'bins', got {self.estimator!r}")
+        if self.n_bins < 1 or self.max_per_bin < 1:
+            raise ValueError(f"n_bins and max_per_bin must be >= 1, got {self.n_bins} and {self.max_per_bin}")
+        if self.random_baseline not in ("sample", "mean"):
+            raise ValueError(f"random_baseline must be 'sample' or 'mean', got {self.random_baseline!r}")
+        if self.max_trace_chars < 100:
+            raise ValueError(f"max_trace_chars must be >= 100, got {self.max_trace_chars}")
+
+
+@dataclass
+class FRSReport:
+    """FRS of one set of traces (one model on one benchmark). Scores are RS units (0-100); None = nothing scored.
+
+    Attributes:
+        score: FRS@k_percent (from RS, the validated scores).
+        at_k: FRS@K for every K of the curve.
+        accuracy: fraction of traces whose final answer is correct (traces with an unparseable gold left out and
+            counted in `n_unparseable_gold`).
+        accuracy_kept: the same over the top k_percent% (exact set, whatever the estimator).
+        accuracy_at_k: accuracy of the kept traces for every K.
+        selection_gain: mean over questions of RS(most confident) - RS(random); see `FRSConfig.random_baseline`.
+        selection_gain_questions: questions that entered the mean; `selection_gain_dropped`: questions with >= 2
+            ranked traces left out because a needed judgement failed.
+        kept_at_k: traces kept for every K; `dropped_at_k`: kept traces without a score (judge failed).
+        n_judged: judgements requested; `n_scored`: valid ones; `unscored`: failures by reason.
+        n_no_confidence: empty traces, left out of the ranking.
+        judge: the judge client's counters (`JudgeStats.as_dict()`, over the client's whole life, so a judge reused
+            by the training callback accumulates them; None without a judge).
+        score_expected, at_k_expected, selection_gain_expected: the same from RS_expected (G-Eval expected scores);
+            None (every K) unless every scored trace has expected scores.
+        n_scored_without_probs: scored traces without expected scores (the backend gave no log-probs for them).
+        rs_auc: AUC of RS separating correct from incorrect final answers over the scored traces with a parseable
+            gold (Mann-Whitney: P(RS of a correct trace > RS of an incorrect one), ties count 1/2); 0.5 = RS carries
+            no information about correctness. None when either class is empty. The scored traces are the judged ones
+            (the most confident half plus the selection gain's picks), not a random sample.
+        rs_expected_auc: the same for RS_expected (None as `score_expected`).
+        auc_n_correct, auc_n_incorrect: the traces of each class behind the AUCs.
+        judge_sees_correctness: whether the judge was shown the final-answer check (`FRSConfig`).
+    """
+
+    k_percent: float
+    score: float | None
+    at_k: dict[float, float | None]
+    accuracy: float | None
+    accuracy_kept: float | None
+    accuracy_at_k: dict[float, float | None]
+    selection_gain: float | None
+    selection_gain_questions: int
+    selection_gain_dropped: int
+    n_problems: int
+    n_traces: int
+    n_ranked: int
+    n_no_confidence: int
+    n_unparseable_gold: int
+    kept_at_k: dict[float, int]
+    dropped_at_k: dict[float, int]
+    n_judged: int
+    n_scored: int
+    unscored: dict[str, int]
+    mean_confidence: float | None
+    estimator: str
+    random_baseline: str
+    judge: dict[str, Any] | None = None
+    score_expected: float | None = None
+    at_k_expected: dict[float, float | None] = field(default_factory=dict)
+    selection_gain_expected: float | None = None
+    n_scored_without_probs: int = 0
+    rs_auc: float | None = None
+    rs_expected_auc: float | None = None
+    auc_n_correct: int = 0
+    auc_n_incorrect: int = 0
+    judge_sees_correctness: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def metrics(self, prefix: str = "frs/") -> dict[str, float]:
+        """Scalars for a tracker: score, at_k/<K>, accuracy, accuracy_kept, selection_gain, unscored, judged,
+        mean_confidence, rs_auc, and their RS_expected twins (score_expected, at_k_expected/<K>,
+        selection_gain_expected, rs_expected_auc). Metrics without a value (None) are left out rather than logged as
+        NaN."""
+        values: dict[str, float | None] = {
+            "score": self.score,
+            **{f"at_k/{k}": v for k, v in self.at_k.items()},
+            "score_expected": self.score_expected,
+            **{f"at_k_expected/{k}": v for k, v in self.at_k_expected.items()},
+            "accuracy": self.accuracy,
+            "accuracy_kept": self.accuracy_kept,
+            "selection_gain": self.selection_gain,
+            "selection_gain_expected": self.selection_gain_expected,
+            "rs_auc": self.rs_auc,
+            "rs_expected_auc": self.rs_expected_auc,
+            "unscored": float(sum(self.unscored.values())),
+            "judged": float(self.n_judged),
+            "mean_confidence": self.mean_confidence,
+        }
+        return {f"{prefix}{k}": float(v) for k, v in values.items() if v is not None}

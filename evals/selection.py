@@ -1,0 +1,335 @@
+"""Best-of-N selection with a PUM, PiCSAR, majority vote or a random pick (the library of `procrl select`).
+
+`run_select` samples `n` completions per problem with the policy (a `procrl.generation` rollout engine:
+`generation_backend` auto = vLLM wherever it imports, else transformers; the sampler's raw log-probs kept for
+PiCSAR), picks one per scorer and reports the accuracy of the picked completions
+(DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N). The scorers (`SCORERS`; `procrl.evals.selection_scorers`):
+
+- `pum`: argmax_i U(x, y_i) (the PUM's utility of the full completion, trailing EOS stripped);
+- `pum_min`, `pum_last`, `pum_mean`: argmax of the min / last / mean over the step prefixes' utilities U(x, p_k)
+  (one step-scoring pass per completion shared by the three, steps split as `PUMReward`'s "min"/"last" modes
+  split them; a completion the PUM cannot score fully, e.g. longer than its budget, is never picked);
+- `picsar`: argmax of the unnormalised PiCSAR sum log p(r|x) + log p(y|a,x,r) (the paper's selection score);
+  `picsar_reasoning` and `picsar_answer`: argmax of one term alone (the same PiCSAR pass). The reasoning term is
+  the sampler's log-probs, the answer term is teacher-forced by the policy itself or by `picsar_evaluator` (the
+  paper's decoupled evaluator); completions without an extractable answer are never picked;
+- `majority`: the most frequent extracted answer, equal answers counted together as the outcome check grades them
+  ("0.5" = "1/2"; ties: the answer that appears first); its first completion;
+- `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
+
+Several scorers select from the SAME samples; a score pass writes all its columns (`score_<column>` per candidate:
+`picsar` also writes `score_picsar_reasoning` and `score_picsar_answer`). Ties always go to the earliest candidate.
+The report also holds pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one
+sample; with `greedy`, also one greedy decode per problem (temperature 0, same prompt and token budget) and its
+accuracy (row `greedy`). The samples (token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun
+with the same model, engine (`RolloutEngine.cache_key()`: a vLLM sample is never reused as a transformers one),
+data slice and sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of
+sampling. The greedy decodes are kept likewise in `<output stem>.greedy.jsonl` (keyed without the sampling-only
+settings `n`, `temperature`, `top_p`, `seed`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from procrl.generation import SamplingParams, derive_seed
+from procrl.rewards.outcome import extract_answer, is_correct
+from procrl.evals.stats import ratio
+from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params, write_report
+from procrl.evals.selection_scorers import (
+    SCORERS,
+    Candidates,
+    ScoringContext,
+    _group,
+    pass_of,
+    score_candidates,
+    select_argmax,
+    select_majority,
+    select_random,
+)
+from procrl.utils import get_logger
+
+logger = get_logger(__name__)
+
+__all__ = [
+    "SCORERS",
+    "Candidates",
+    "SelectConfig",
+    "run_select",
+    "select_argmax",
+    "select_majority",
+    "select_random",
+]
+
+
+@dataclass
+class SelectConfig(OfflineConfig):
+    """Settings of `procrl select` (parsed by `TrlParser` in `procrl/scripts/select.py`).
+
+    Raises:
+        ValueError: (on construction) a scorer not in `SCORERS` or given twice, no scorer, `n` < 1, a PUM scorer
+            (pum, pum_min, pum_last, pum_mean) without a `pum` directory, a `picsar_evaluator` that is empty or
+            without a PiCSAR scorer (picsar, picsar_reasoning, picsar_answer) to use it, or a bad shared setting
+            (`OfflineConfig`).
+    """
+
+    scorer: str = field(default="pum", metadata={"help": f"one or more of {', '.join(SCORERS)} (comma-separated)"})
+    n: int = field(default=8, metadata={"help": "samples per problem (N of best-of-N)"})
+    picsar_evaluator: str | None = field(
+        default=None,
+        metadata={
+            "help": "model that teacher-forces PiCSAR's answer term log p(y|a,x,r), a name or path like --model "
+            "(e.g. gemma3-270m); None = the policy itself. The samples and the reasoning term stay the policy's"
+        },
+    )
+    greedy: bool = field(
+        default=False,
+        metadata={
+            "help": "also decode every problem once greedily (temperature 0, same prompt and --max-new-tokens): "
+            "a `greedy` entry per problem and a `greedy` accuracy row; cached in <output stem>.greedy.jsonl"
+        },
+    )
+    output: str = field(default="outputs/select/select.json", metadata={"help": "JSON report path"})
+
+    @property
+    def scorers(self) -> list[str]:
+        """The comma-separated `scorer` as a list, in the given order."""
+        return [s.strip() for s in self.scorer.split(",") if s.strip()]
+
+    def problems(self) -> list[str]:
+        problems = super().problems()
+        scorers = self.scorers
+        bad = [s for s in scorers if s not in SCORERS]
+        if bad:
+            problems.append(f"unknown scorer(s) {bad}; choose from {', '.join(SCORERS)} (e.g. --scorer pum,majority)")
+        elif not scorers:
+            problems.append(f"--scorer is empty; give one or more of {', '.join(SCORERS)} (comma-separated)")
+        twice = sorted({s for s in scorers if scorers.count(s) > 1})
+        if twice:
+            problems.append(f"--scorer names {twice} more than once; give each scorer once")
+        if self.n < 1:
+            problems.append(f"--n must be >= 1 (samples per problem), got {self.n}")
+        known = [s for s in scorers if s in SCORERS]
+        needs_pum = [s for s in known if pass_of(s) in ("pum", "pum_steps")]
+        if needs_pum and not self.pum:
+            problems.append(f"--scorer {','.join(needs_pum)} needs --pum PATH (a train_pum.py output directory)")
+        if self.picsar_evaluator is not None:
+            if not self.picsar_evaluator.strip():
+                problems.append(
+                    "--picsar-evaluator is empty; give a model name or path (e.g. gemma3-270m), or leave it out to "
+                    "let the policy evaluate"
+                )
+            elif not any(pass_of(s) == "picsar" for s in known):
+                problems.append(
+                    f"--picsar-evaluator {self.picsar_evaluator} is only used by the PiCSAR scorers; add one of "
+                    "picsar, picsar_reasoning, picsar_answer to --scorer, or drop --picsar-evaluator"
+                )
+        return problems
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The samples file
+# ----------------------------------------------------------------------------------------------------------
+
+
+# What decides the samples of `procrl select` (the key of its samples file, with the engine's cache key; batch_size
+# makes the generate calls, hence the seeds).
+SAMPLE_SETTINGS = (
+    "model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p", "max_new_tokens",
+    "batch_size", "seed",
+)  # fmt: skip
+# What decides the greedy decodes (the key of the greedy file): the same, less what only sampling reads.
+GREEDY_SETTINGS = tuple(k for k in SAMPLE_SETTINGS if k not in ("n", "temperature", "top_p", "seed"))
+
+
+def _read_samples(path: Path, key: dict, expected: int) -> tuple[list[list[int]], list[list[float]]] | None:
+    """(ids, log-probs) from a samples file written with the same settings, else None (missing, other settings,
+    wrong count or unreadable: then the samples are drawn again and the file rewritten)."""
+    if not path.is_file():
+        return None
+    try:
+        lines = path.read_text().splitlines()
+        if json.loads(lines[0]) != {"settings": key}:
+            logger.info("select: %s holds samples of other settings (model, data or sampling); sampling again", path)
+            return None
+        rows = [json.loads(line) for line in lines[1:]]
+        ids, logps = [list(r["ids"]) for r in rows], [list(r["logps"]) for r in rows]
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        logger.warning("select: %s is unreadable; sampling again", path)
+        return None
+    if len(ids) != expected or any(len(i) != len(lp) for i, lp in zip(ids, logps, strict=True)):
+        logger.warning("select: %s does not hold %d complete samples; sampling again", path, expected)
+        return None
+    return ids, logps
+
+
+def _write_samples(path: Path, key: dict, ids: list[list[int]], logps: list[list[float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one temporary file per process
+    with tmp.open("w") as f:
+        f.write(json.dumps({"settings": key}) + "\n")
+        for i, lp in zip(ids, logps, strict=True):
+            f.write(json.dumps({"ids": [int(t) for t in i], "logps": [float(x) for x in lp]}) + "\n")
+    tmp.replace(path)  # atomic: a killed run never leaves a half-written samples file
+
+
+def cache_paths(output: str | Path) -> tuple[Path, Path]:
+    """(samples file, greedy file) of a report path: `<stem>.samples.jsonl` and `<stem>.greedy.jsonl` next to it.
+
+    >>> [p.name for p in cache_paths("outputs/select/svamp.json")]
+    ['svamp.samples.jsonl', 'svamp.greedy.jsonl']
+    """
+    out = Path(output)
+    return out.with_name(out.stem + ".samples.jsonl"), out.with_name(out.stem + ".greedy.jsonl")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# procrl select
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _decode(
+    config: SelectConfig, s: Setup, path: Path, settings: tuple[str, ...], requests: list, params: SamplingParams,
+    seed: tuple[int, str], what: str,
+) -> tuple[list, list, bool]:  # fmt: skip
+    """(ids, log-probs, from the file?) of one decode of each of `requests`, read from `path` when it holds a
+    decode with the same key (`settings` of `config`, the model, engine, device and prompts), else generated in
+    runs of `batch_size` (call c seeded with `derive_seed(*seed, c)`) and written to `path`."""
+    key = {
+        **{k: getattr(config, k) for k in settings},
+        "model_key": s.model_key,
+        "engine": s.engine.cache_key(),
+        "device": str(s.device),
+        "prompts_sha256": hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest(),
+    }
+    cached = _read_samples(path, key, len(requests))
+    if cached is not None:
+        logger.info("select: %d %s read from %s (same model, engine, data and settings)", len(cached[0]), what, path)
+        return *cached, True
+    ids, logps = [], []
+    starts = range(0, len(requests), config.batch_size)
+    for call, start in enumerate(tqdm(starts, desc=what, disable=config.no_progress)):
+        rollouts = s.engine.generate(requests[start : start + config.batch_size], params, seed=derive_seed(*seed, call))
+        ids += [r.token_ids for r in rollouts]
+        logps += [r.logprobs for r in rollouts]
+    _write_samples(path, key, ids, logps)
+    return ids, logps, False
+
+
+def _sample(config: SelectConfig, s: Setup, samples_path: Path) -> tuple[list, list, bool]:
+    """(ids, log-probs, from the samples file?) of the `n` samples of every problem, problem-major.
+
+    The rows go to `s.engine.generate` in runs of `batch_size` (one call each, seeded with
+    `derive_seed(seed, "select", call index)`), so the samples are a function of the settings and the engine alone.
+    """
+    requests = [p for p in s.prompt_ids for _ in range(config.n)]  # problem-major, N consecutive samples each
+    params = sampling_params(config, config.max_new_tokens)
+    return _decode(config, s, samples_path, SAMPLE_SETTINGS, requests, params, (config.seed, "select"), "samples")
+
+
+def _greedy(config: SelectConfig, s: Setup, greedy_path: Path) -> tuple[list[list[int]], bool]:
+    """(ids, from the greedy file?) of one greedy decode per problem (temperature 0, the same prompt and
+    `max_new_tokens` as the samples), cached in `greedy_path` apart from the samples."""
+    params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=config.max_new_tokens)
+    ids, _, from_cache = _decode(
+        config, s, greedy_path, GREEDY_SETTINGS, list(s.prompt_ids), params, (0, "select-greedy"), "greedy decodes"
+    )
+    return ids, from_cache
+
+
+def _greedy_entries(s: Setup, ids: list[list[int]]) -> list[dict]:
+    """Each problem's greedy decode as `{"text", "extracted", "correct"}` (correct: None for an unparseable gold)."""
+    texts = s.tokenizer.batch_decode(ids, skip_special_tokens=True)
+    entries = []
+    for row, text in zip(s.dataset, texts, strict=True):
+        check = is_correct(text, row["answer"])
+        entries.append(
+            {"text": text, "extracted": extract_answer(text), "correct": None if check is None else bool(check)}
+        )
+    return entries
+
+
+def run_select(config: SelectConfig) -> dict:
+    """Sample `n` completions per problem, pick one per scorer of `config.scorers`, write and return the report.
+
+    The report (JSON at `config.output`): `command`, `model`, `dataset`, `settings` (every field, e.g.
+    `picsar_evaluator`), `scorers`, `results` (scorer -> `accuracy` dict; `greedy` with `config.greedy`; plus
+    `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, None without a parseable gold; `unparseable_gold`),
+    `wall_time_s`, `samples` (`path`, `from_cache`; with greedy also `greedy_path`, `greedy_from_cache`) and
+    `problems` (each candidate's text, extracted answer, correctness, token count and `score_<column>` for every
+    column of the score passes run, the picks, and with greedy a `greedy` entry `{"text", "extracted", "correct"}`).
+    """
+    t0 = time.perf_counter()
+    s = load_setup(config)
+    samples_path, greedy_path = cache_paths(config.output)
+    ids, logps, from_cache = _sample(config, s, samples_path)
+    t_gen = time.perf_counter() - t0  # model loading included; with cached samples, loading and reading only
+    greedy: list[dict] | None = None
+    samples_info: dict = {"path": str(samples_path), "from_cache": from_cache}
+    if config.greedy:
+        greedy_ids, greedy_from_cache = _greedy(config, s, greedy_path)
+        greedy = _greedy_entries(s, greedy_ids)
+        samples_info |= {"greedy_path": str(greedy_path), "greedy_from_cache": greedy_from_cache}
+    t_greedy = time.perf_counter() - t0 - t_gen
+    texts = s.tokenizer.batch_decode(ids, skip_special_tokens=True)
+    texts_g, ids_g, logps_g = _group(texts, config.n), _group(ids, config.n), _group(logps, config.n)
+    answers_g = [[extract_answer(t) for t in row] for row in texts_g]
+    correct_g: list[list[bool] | None] = []
+    for row, texts_row in zip(s.dataset, texts_g, strict=True):
+        checks = [is_correct(t, row["answer"]) for t in texts_row]
+        correct_g.append(None if any(c is None for c in checks) else [bool(c) for c in checks])
+
+    ctx = ScoringContext(config, s, Candidates(texts_g, ids_g, logps_g, answers_g))
+    picks, scores = score_candidates(ctx, config.scorers)
+
+    results = {name: accuracy(correct_g, p) for name, p in picks.items()}
+    if greedy is not None:
+        results["greedy"] = accuracy(
+            [None if c is None else [g["correct"]] for g, c in zip(greedy, correct_g, strict=True)], [0] * len(greedy)
+        )
+    pass_at_n = accuracy(correct_g, [(c.index(True) if c and True in c else None) for c in correct_g])
+    mean_single = [sum(c) / len(c) for c in correct_g if c is not None]
+    results[f"pass@{config.n} (oracle)"] = pass_at_n
+    summary = {
+        "mean_sample_accuracy": ratio(sum(mean_single), len(mean_single)),  # None: no parseable gold
+        "unparseable_gold": sum(1 for c in correct_g if c is None),
+    }
+    result = {
+        "command": "select",
+        "model": config.model,
+        "dataset": f"{config.dataset}[{config.start}:{config.start + len(s.dataset)}]",
+        "settings": config.settings(),
+        "scorers": config.scorers,
+        "results": results,
+        "summary": summary,
+        "wall_time_s": {"generation": t_gen, "greedy": t_greedy, "total": time.perf_counter() - t0},
+        "samples": samples_info,
+        "problems": [
+            {
+                "problem_id": row["problem_id"],
+                "answer": row["answer"],
+                "candidates": [
+                    {
+                        "text": t,
+                        "extracted": a,
+                        "correct": None if c is None else c[i],
+                        "num_tokens": len(i_),
+                        **{f"score_{k}": scores[k][p][i] for k in scores},
+                    }
+                    for i, (t, a, i_) in enumerate(zip(texts_g[p], answers_g[p], ids_g[p], strict=True))
+                ],
+                "picks": {k: picks[k][p] for k in picks},
+                **({} if greedy is None else {"greedy": greedy[p]}),
+            }
+            for p, (row, c) in enumerate(zip(s.dataset, correct_g, strict=True))
+        ],
+    }
+    write_report(config.output, result)
+    return result

@@ -1,0 +1,1 @@
+"""procrl.evals.stepgap"""

@@ -1,0 +1,93 @@
+"""Before/after tables and training curves for people to read (the scripts print; library code returns text), and
+the wandb wrap-up of a GRPO run. The GRPO run's printed report is `procrl.scripts.train_grpo.format_summary`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from procrl.evals.stats import format_estimate
+
+CURVE_KEYS = (
+    ("reward", "weighted reward (TRL `reward`)"),
+    ("task/accuracy", "task accuracy (outcome check)"),
+    ("completions/mean_length", "completion length (tokens)"),
+)
+
+
+def format_table(before: list[dict], after: list[dict]) -> str:
+    """A fixed-width before/after table of `EvalResult.to_dict()` rows, matched by data set name; an undefined value
+    (None, e.g. every rate of an empty eval set) shows "–".
+
+    >>> row = dict(accuracy=None, ci_low=None, ci_high=None, mean_reward=None, mean_length=None, truncated_frac=None,
+    ...            wall_time_s=0.5)
+    >>> print(format_table([{"name": "svamp[0:0]", **row}], []).splitlines()[2])
+    svamp[0:0]         before  –                                  –       –      –     0.5
+    """
+    header = (
+        f"{'eval set':<18} {'stage':<7} {'accuracy [95% CI]':<24} {'mean reward':>11} "
+        f"{'length':>7} {'trunc':>6} {'wall s':>7}"
+    )
+    lines = [header, "-" * len(header)]
+    after_by_name = {r["name"]: r for r in after}
+    names = [r["name"] for r in before] + [r["name"] for r in after if r["name"] not in {b["name"] for b in before}]
+    before_by_name = {r["name"]: r for r in before}
+    for name in names:
+        for stage, row in (("before", before_by_name.get(name)), ("after", after_by_name.get(name))):
+            if row is None:
+                continue
+            acc = format_estimate(row["accuracy"], (row["ci_low"], row["ci_high"]))
+            reward = format_estimate(row["mean_reward"], spec=".4f")
+            length = format_estimate(row["mean_length"], spec=".1f")
+            trunc = format_estimate(row["truncated_frac"], spec=".2f")
+            lines.append(
+                f"{name:<18} {stage:<7} {acc:<24} {reward:>11} {length:>7} {trunc:>6} {row['wall_time_s']:>7.1f}"
+            )
+    return "\n".join(lines)
+
+
+def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> Path:
+    """Plot reward, task accuracy and completion length against the training step into a PNG."""
+    import matplotlib  # optional heavy dependency, only for this plot: imported here, not with procrl.experiment.reporting
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after choosing the non-interactive backend
+
+    fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(5 * len(CURVE_KEYS), 3.6))
+    for ax, (key, label) in zip(axes, CURVE_KEYS, strict=True):
+        points = [(row["step"], row[key]) for row in log_history if row.get(key) is not None and "step" in row]
+        if points:
+            steps, values = zip(*points, strict=True)
+            ax.plot(steps, values, marker="o", markersize=3)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def finish_wandb_run(summary: dict) -> str | None:
+    """Add the before/after numbers of a GRPO `summary` to the active wandb run (if any) and return its local
+    directory (None without wandb or a run): `before/<set>/accuracy`, `.../mean_reward`, `.../mean_length` (an
+    undefined one, None, left out). The run stays open: `procrl.experiment.tracking.track_run` adds the run record's metrics
+    and finishes it (wandb's own exit hook does, without it)."""
+    try:
+        import wandb  # optional heavy dependency: only when a run reports to wandb
+    except ImportError:
+        return None
+    run = wandb.run
+    if run is None:
+        return None
+    for stage in ("before", "after"):
+        for result in summary[stage]:
+            for key in ("accuracy", "mean_reward", "mean_length"):
+                if result[key] is not None:
+                    run.summary[f"{stage}/{result['name']}/{key}"] = result[key]
+    return str(Path(run.dir).parent)

@@ -1,0 +1,110 @@
+"""`procrl frs --traces-from`: a `procrl select` report's samples become the FRS traces (no model is loaded)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
+from procrl.evals.frs.sampling import select_traces
+
+SETTINGS = {"model": "some-policy", "dataset": "svamp", "split": None, "start": 0, "end": 2,
+            "prompt_template": "one_shot", "n": 2, "temperature": 0.9, "top_p": 1.0, "max_new_tokens": 12,
+            "batch_size": 4, "seed": 3, "generation_backend": "vllm", "scorer": "random"}  # fmt: skip
+# 20-token samples: n_low = floor(0.1 * 20) = 2, so the confidence is the mean of the 2 smallest probabilities
+LOGPS = [
+    [math.log(0.9)] * 18 + [math.log(0.5), math.log(0.3)],  # -> (0.5 + 0.3) / 2 = 0.4
+    [math.log(0.8)] * 20,  # -> 0.8
+    [math.log(0.2)] + [math.log(0.99)] * 19,  # -> (0.2 + 0.99) / 2 = 0.595
+    [0.0] * 20,  # -> 1.0
+]
+CONFIDENCE = [0.4, 0.8, 0.595, 1.0]
+
+
+def _rows():
+    return [dict(r) for r in load_math_dataset("svamp", start=0, end=2, prompt_template=resolve_template("one_shot"))]
+
+
+def _write_report(tmp_path, *, problem_ids=None, n_samples=4):
+    rows = _rows()
+    ids = problem_ids or [r.get("problem_id") for r in rows]
+    texts = [
+        [f"The answer is {rows[0]['answer']}.", "The answer is -1."],
+        ["I give up.", f"Thus the answer is {rows[1]['answer']}."],
+    ]
+    report = {
+        "command": "procrl select",
+        "settings": SETTINGS,
+        "problems": [
+            {
+                "problem_id": pid,
+                "answer": row["answer"],
+                "candidates": [{"text": t, "num_tokens": 20} for t in group],
+            }  # fmt: skip
+            for pid, row, group in zip(ids, rows, texts, strict=True)
+        ],
+    }
+    path = tmp_path / "sel.json"
+    path.write_text(json.dumps(report))
+    lines = [{"settings": {"engine": "vllm:test-engine"}}] + [{"ids": [1] * 20, "logps": lp} for lp in LOGPS]
+    (tmp_path / "sel.samples.jsonl").write_text("\n".join(json.dumps(x) for x in lines[: 1 + n_samples]) + "\n")
+    return path, rows
+
+
+def test_select_traces_take_text_confidence_and_correctness_from_the_report(tmp_path):
+    path, rows = _write_report(tmp_path)
+    traces = select_traces(path, rows)
+    assert [t.problem_id for t in traces] == [str(rows[0]["problem_id"])] * 2 + [str(rows[1]["problem_id"])] * 2
+    assert [t.correct for t in traces] == [True, False, False, True]
+    assert [t.num_tokens for t in traces] == [20] * 4
+    assert [t.problem for t in traces[::2]] == [rows[0]["question"], rows[1]["question"]]
+    for trace, expected in zip(traces, CONFIDENCE, strict=True):
+        assert trace.confidence == pytest.approx(expected, abs=1e-12)
+
+
+def test_frs_traces_from_uses_the_reports_settings_and_loads_no_model(tmp_path, monkeypatch):
+    from procrl.evals.frs import offline as frs_offline
+
+    monkeypatch.setattr(frs_offline, "load_setup", lambda *a, **k: pytest.fail("--traces-from must not sample"))
+    path, _ = _write_report(tmp_path)
+    args = OfflineFRSConfig(
+        traces_from=str(path), judge="none", output_dir=str(tmp_path / "frs"), no_progress=True, bootstrap_resamples=0
+    )
+    result = run_frs(args)
+    assert result["model"] == "some-policy" and result["dataset"] == "svamp[0:2]"
+    settings = result["settings"]
+    assert (settings["n_traces"], settings["temperature"], settings["max_new_tokens"], settings["seed"]) == (
+        2,
+        0.9,
+        12,
+        3,
+    )
+    assert settings["engine"] == "vllm:test-engine" and settings["traces_from"] == str(path)
+    assert [t["confidence"] for t in result["traces"]] == pytest.approx(CONFIDENCE, abs=1e-12)
+    assert result["report"]["accuracy"] == pytest.approx(0.5)
+    assert not (tmp_path / "frs" / "traces.jsonl").exists()  # nothing sampled
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"n_samples": 3}, "holds 3 samples"), ({"problem_ids": ["x", "y"]}, "problem 0 is 'x'")],
+)
+def test_select_traces_refuse_a_report_that_does_not_match(tmp_path, kwargs, message):
+    path, rows = _write_report(tmp_path, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        select_traces(path, rows)
+
+
+def test_select_traces_refuse_a_missing_samples_file_and_another_slice(tmp_path):
+    path, rows = _write_report(tmp_path)
+    with pytest.raises(ValueError, match="data slice has 1"):
+        select_traces(path, rows[:1])
+    (tmp_path / "sel.samples.jsonl").unlink()
+    with pytest.raises(ValueError, match="samples file .* is missing"):
+        select_traces(path, rows)
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="not a readable `procrl select` report"):
+        select_traces(tmp_path / "bad.json", rows)

@@ -1,0 +1,70 @@
+"""The offline commands' settings share one base (`OfflineSamplingConfig`): `procrl select` / `procrl beam` add the
+PUM (`OfflineConfig`), `procrl frs` (`OfflineFRSConfig`) overrides defaults and help texts only, and its flags,
+defaults and messages stay what they were."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from procrl.evals.beam_search import BeamConfig
+from procrl.evals.frs.offline import OfflineFRSConfig
+from procrl.evals.offline import OfflineConfig, OfflineSamplingConfig
+from procrl.evals.selection import SelectConfig
+
+SHARED = ["model", "dataset", "split", "start", "end", "prompt_template", "temperature", "top_p", "max_new_tokens",
+          "batch_size", "seed", "device", "generation_backend", "vllm_kv_cache_gib", "no_progress"]  # fmt: skip
+
+FRS_DEFAULTS = {
+    "model": "default", "dataset": "gsm8k", "split": None, "start": 0, "end": 50, "prompt_template": "one_shot",
+    "temperature": 0.7, "top_p": 1.0, "max_new_tokens": 256, "batch_size": 32, "seed": 0, "device": None,
+    "generation_backend": "auto", "vllm_kv_cache_gib": None, "no_progress": False, "n": 16, "k": 10, "k_values": "10,20,30,40,50", "judge": "local", "judge_concurrency": 8,
+    "judge_max_tokens": 96, "judge_timeout": 600, "judge_cache_dir": None, "judge_sees_correctness": True, "estimator": "topk", "n_bins": 10,
+    "max_per_bin": 50, "random_baseline": "sample", "top_k": 0, "bootstrap_resamples": 1000, "traces_from": None, "output_dir": "outputs/frs",
+}  # fmt: skip
+
+
+def _names(cls):
+    return [f.name for f in dataclasses.fields(cls)]
+
+
+def test_every_offline_config_starts_with_the_shared_fields():
+    assert _names(OfflineSamplingConfig) == SHARED
+    assert _names(OfflineConfig) == [*SHARED, "pum"]
+    for cls in (SelectConfig, BeamConfig, OfflineFRSConfig):
+        assert _names(cls)[: len(SHARED)] == SHARED
+    assert issubclass(OfflineFRSConfig, OfflineSamplingConfig) and not issubclass(OfflineFRSConfig, OfflineConfig)
+    assert "pum" not in _names(OfflineFRSConfig)  # procrl frs has no --pum flag
+
+
+def test_frs_defaults_and_help_texts():
+    assert dataclasses.asdict(OfflineFRSConfig()) == FRS_DEFAULTS
+    assert list(FRS_DEFAULTS) == _names(OfflineFRSConfig)
+    helps = {f.name: f.metadata["help"] for f in dataclasses.fields(OfflineFRSConfig)}
+    assert helps["max_new_tokens"] == "token budget of one trace"
+    assert helps["batch_size"] == "traces per generate call"
+    assert helps["seed"] == "sampling seed and FRS hash seed"
+    assert all(helps.values())
+    base = OfflineConfig()
+    assert (base.dataset, base.end, base.pum) == ("svamp", 100, None)
+
+
+def test_frs_keeps_its_own_messages():
+    with pytest.raises(ValueError, match=r"^--n, --batch-size and --max-new-tokens must be >= 1 and --temperature > 0"):
+        OfflineFRSConfig(batch_size=0)
+    with pytest.raises(ValueError, match=r"^--k-values must be comma-separated numbers"):
+        OfflineFRSConfig(k_values="a", batch_size=0)  # K values are checked first, as before
+    with pytest.raises(ValueError, match=r"^--batch-size \(0\) and --max-new-tokens \(256\) must be >= 1"):
+        OfflineConfig(batch_size=0)
+
+
+@pytest.mark.parametrize("cls", [OfflineConfig, OfflineFRSConfig, SelectConfig])
+def test_generation_backend_is_validated_with_a_fix(cls):
+    extra = {"scorer": "random"} if cls is SelectConfig else {}
+    for backend in ("auto", "vllm", "transformers"):
+        assert cls(generation_backend=backend, **extra).generation_backend == backend
+    with pytest.raises(ValueError, match=r"--generation-backend must be one of auto, transformers, vllm, got 'tgi'"):
+        cls(generation_backend="tgi", **extra)
+    with pytest.raises(ValueError, match=r"--vllm-kv-cache-gib must be > 0 GiB"):
+        cls(vllm_kv_cache_gib=0, **extra)

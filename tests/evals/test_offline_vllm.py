@@ -1,0 +1,140 @@
+"""`procrl select`, `procrl beam` and `procrl frs` end to end on the real vLLM engine (the CPU build here; the
+embedded SmolLM2-135M-Instruct, float32), 2 problems and a few tokens each. One engine serves the whole module:
+`make_engine` of `procrl.evals.offline` hands it out for generation_backend=vllm (the rest of each command runs
+as it is). The samples' log-probs are checked against an independent teacher-forced transformers forward pass."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from procrl.generation import TransformersEngine, VLLMEngine, render_prompts
+from procrl.logprobs import sequence_logps
+from procrl.models import resolve_model
+from procrl.evals import offline
+from procrl.evals.beam_search import BeamConfig, run_beam
+from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
+from procrl.evals.selection import SelectConfig, run_select
+
+pytest.importorskip("vllm", reason="the vLLM engine needs vllm (make install)")
+
+pytestmark = pytest.mark.slow
+
+SLICE = {"dataset": "svamp", "start": 0, "end": 2, "no_progress": True, "batch_size": 4, "vllm_kv_cache_gib": 0.5}
+
+
+@pytest.fixture(scope="module")
+def vllm_engine():
+    engine = VLLMEngine("default", dtype="float32", kv_cache_gib=0.5)
+    yield engine
+    del engine
+
+
+@pytest.fixture()
+def shared_engine(vllm_engine, monkeypatch):
+    """`make_engine(..., engine="vllm")` returns the module's engine (same model and dtype as asked); the
+    transformers engine is built as usual. Counts the vLLM generate calls."""
+    real = offline.make_engine
+    calls = []
+
+    def make_engine(path, *, engine, **kwargs):
+        if engine != "vllm":
+            return real(path, engine=engine, **kwargs)
+        assert str(path) == str(resolve_model("default")) and kwargs["dtype"] == "float32"
+        return vllm_engine
+
+    monkeypatch.setattr(offline, "make_engine", make_engine)
+    original = vllm_engine.generate
+    monkeypatch.setattr(vllm_engine, "generate", lambda *a, **k: calls.append(1) or original(*a, **k))
+    return calls
+
+
+@pytest.fixture(scope="module")
+def hf_policy():
+    return AutoModelForCausalLM.from_pretrained(resolve_model("default"), dtype=torch.float32).eval()
+
+
+def _assert_raw_logprobs(model, prompt_ids, ids, logps):
+    """Every sample's log-probs equal a teacher-forced forward pass of prompt + sample (raw, T = 1)."""
+    rows = [p + i for p, i in zip(prompt_ids, ids, strict=True) if i]
+    expected = sequence_logps(model, rows, [len(p) for p, i in zip(prompt_ids, ids, strict=True) if i])
+    got = [lp for i, lp in zip(ids, logps, strict=True) if i]
+    assert len(rows) > 0
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(torch.tensor(a), torch.tensor(b), atol=1e-4, rtol=0)
+
+
+def test_select_on_vllm_keys_its_samples_on_the_engine(tmp_path, shared_engine, hf_policy):
+    out = tmp_path / "select.json"
+    config = SelectConfig(
+        **SLICE, scorer="picsar,majority,random", n=2, max_new_tokens=8, generation_backend="vllm", output=str(out)
+    )
+    report = run_select(config)
+    assert shared_engine == [1] and report["settings"]["generation_backend"] == "vllm"
+    assert set(report["results"]) == {"picsar", "majority", "random", "pass@2 (oracle)"}
+    lines = (tmp_path / "select.samples.jsonl").read_text().splitlines()
+    key = json.loads(lines[0])["settings"]
+    assert key["engine"].startswith("vllm:") and len(lines) == 1 + 4
+    samples = [json.loads(line) for line in lines[1:]]
+    assert all(1 <= len(s["ids"]) <= 8 for s in samples)
+    tok = AutoTokenizer.from_pretrained(resolve_model("default"))
+    prompts = render_prompts(tok, [p["prompt"] for p in _svamp_rows()])
+    ids, logps = [s["ids"] for s in samples], [s["logps"] for s in samples]
+    _assert_raw_logprobs(hf_policy, [p for p in prompts for _ in range(2)], ids, logps)
+    texts = [c["text"] for p in report["problems"] for c in p["candidates"]]
+    assert texts == tok.batch_decode(ids, skip_special_tokens=True)
+
+    # the same settings read the samples file; the transformers engine never reuses a vLLM sample
+    assert run_select(config)["samples"]["from_cache"] is True and shared_engine == [1]
+    again = run_select(replace(config, generation_backend="transformers", device="cpu"))
+    assert again["samples"]["from_cache"] is False and shared_engine == [1]
+    assert json.loads((tmp_path / "select.samples.jsonl").read_text().splitlines()[0])["settings"]["engine"].startswith(
+        "transformers:"
+    )
+
+
+def _svamp_rows():
+    from procrl.data_builders.datasets import load_math_dataset, resolve_template
+
+    return list(load_math_dataset("svamp", start=0, end=2, prompt_template=resolve_template("one_shot")))
+
+
+def test_frs_on_vllm_resumes_from_its_traces(tmp_path, shared_engine):
+    out = tmp_path / "frs"
+    args = OfflineFRSConfig(
+        **SLICE, n=2, max_new_tokens=8, judge="none", generation_backend="vllm", output_dir=str(out)
+    )
+    result = run_frs(args)
+    assert len(result["traces"]) == 4 and result["settings"]["engine"].startswith("vllm:")
+    assert shared_engine == [1]  # batch 4 // n 2 = 2 problems per chunk: one call
+    assert all(1 <= t["num_tokens"] <= 8 and 0.0 <= t["confidence"] <= 1.0 for t in result["traces"])
+    header = json.loads((out / "traces.jsonl").read_text().splitlines()[0])["settings"]
+    assert header["engine"] == result["settings"]["engine"]
+    again = run_frs(args)
+    assert shared_engine == [1]  # everything read back from traces.jsonl
+    assert [t["completion"] for t in again["traces"]] == [t["completion"] for t in result["traces"]]
+
+
+def test_beam_on_vllm(tmp_path, shared_engine, tiny_pum_factory, smollm2_tokenizer):
+    pum = tmp_path / "pum"
+    tiny_pum_factory(len(smollm2_tokenizer), seed=1).save_pretrained(pum)
+    smollm2_tokenizer.save_pretrained(pum)
+    config = BeamConfig(
+        **SLICE, pum=str(pum), beams=2, expand=2, max_steps=2, max_step_tokens=8, max_new_tokens=16,
+        generation_backend="vllm", device="cpu", output=str(tmp_path / "beam.json"),
+    )  # fmt: skip
+    report = run_beam(config)
+    assert 1 <= report["summary"]["rounds"] <= 2 and len(shared_engine) >= report["summary"]["rounds"]
+    for problem in report["problems"]:
+        scores = [b["score"] for b in problem["beams"]]
+        assert 1 <= len(scores) <= 2 and scores == sorted(scores, reverse=True)
+        assert 1 <= problem["num_tokens"] <= 16
+
+
+def test_transformers_backend_is_still_a_transformers_engine(tmp_path):
+    setup = offline.load_setup(SelectConfig(**SLICE, scorer="random", generation_backend="transformers", device="cpu"))
+    assert isinstance(setup.engine, TransformersEngine) and setup.model is setup.engine.model
