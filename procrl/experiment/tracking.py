@@ -153,14 +153,19 @@ def track_run(
 
 
 class TrackedRun:
-    """One run's record (`track_run`). Set `metrics` (flat {key: number}) and `history` ([{"step": int, key:
-    number}]) before the `with` block ends; `save()` writes an intermediate record."""
+    """One run's record (`track_run`). Before the `with` block ends, set `metrics` (flat {key: number}: the headline
+    numbers `procrl report` and sweeps compare), `history` ([{"step": int, key: number}]), `result` (the command's
+    whole JSON-able result: run.json is the one results file of a run) and `files` ({role: path} of the large
+    outputs the command wrote beside it: per-sample rows, tables, figures, checkpoints); `save()` writes an
+    intermediate record."""
 
     def __init__(self, output_dir: Path, *, command, argv, configs, report_to, name) -> None:
         self.path = output_dir / RUN_FILE
         self.enabled = is_main_process()
         self.metrics: dict[str, float] = {}
         self.history: list[dict[str, float]] = []
+        self.result: Any = None
+        self.files: dict[str, str] = {}
         self._report_to = [report_to] if isinstance(report_to, str) else list(report_to or [])
         self._name = name
         self._start = 0.0
@@ -184,6 +189,8 @@ class TrackedRun:
             "variant": None,
             "metrics": {},
             "history": [],
+            "result": None,
+            "files": {},
         }
 
     def __enter__(self) -> TrackedRun:
@@ -236,6 +243,8 @@ class TrackedRun:
             return
         self.record["metrics"] = _numbers_only(self.metrics, "metrics")
         self.record["history"] = [_numbers_only(entry, "history") for entry in self.history]
+        self.record["result"] = json_safe(self.result)
+        self.record["files"] = {role: str(path) for role, path in self.files.items()}
         write_json_atomic(self.path, self.record)
 
     # -- SIGTERM ----------------------------------------------------------------------------------------------------
