@@ -64,7 +64,9 @@ def test_running_at_entry_then_finished_with_metrics_and_history(tmp_path):
     assert record["metrics"] == {"frs/score": 51.5, "frs/judged": 7}
     assert record["history"] == [{"step": 1, "reward": 0.5}]
     assert set(record) == {"schema_version", "command", "argv", "status", "error", "started_at", "finished_at",
-                           "wall_time_s", "config", "git", "packages", "machine", "variant", "metrics", "history"}  # fmt: skip
+                           "wall_time_s", "config", "git", "packages", "machine", "variant", "metrics", "history",
+                           "result", "files"}  # fmt: skip
+    assert record["result"] is None and record["files"] == {}
 
 
 def test_save_writes_an_intermediate_record(tmp_path):
@@ -73,6 +75,15 @@ def test_save_writes_an_intermediate_record(tmp_path):
         run.save()
         assert read(tmp_path)["metrics"] == {"select/majority/accuracy": 0.25}
         assert read(tmp_path)["status"] == "running"
+
+
+def test_the_result_and_the_files_it_names_are_in_run_json(tmp_path):
+    with track_run(tmp_path, command="select", argv=[]) as run:
+        run.result = {"accuracy": {"majority": 0.25, "picsar": float("nan")}, "ks": (1, 2)}
+        run.files = {"table": tmp_path / "table.md"}
+    record = read(tmp_path)
+    assert record["result"] == {"accuracy": {"majority": 0.25, "picsar": None}, "ks": [1, 2]}  # NaN is not JSON
+    assert record["files"] == {"table": str(tmp_path / "table.md")}
 
 
 @pytest.mark.parametrize(
