@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from procrl.generation import RolloutEngine, SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.rewards.steps import split_steps, token_steps
-from procrl.evals.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_params, write_report
+from procrl.evals.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_params
 
 __all__ = ["Beam", "BeamConfig", "run_beam", "sample_steps"]
 
@@ -41,7 +41,7 @@ class BeamConfig(OfflineConfig):
     expand: int = field(default=4, metadata={"help": "k: sampled next steps per beam"})
     max_steps: int = field(default=12, metadata={"help": "rounds of expansion at most"})
     max_step_tokens: int = field(default=128, metadata={"help": "token budget of one step"})
-    output: str = field(default="outputs/beam/beam.json", metadata={"help": "JSON report path"})
+    output_dir: str = field(default="outputs/beam", metadata={"help": "where run.json and problems.jsonl go"})
 
     def problems(self) -> list[str]:
         problems = super().problems()
@@ -120,11 +120,12 @@ def _first_step(ids: list[int], tokenizer, separator: str) -> list[int]:
 
 
 def run_beam(config: BeamConfig) -> dict:
-    """Step-level beam search guided by the PUM; writes and returns the report.
+    """Step-level beam search guided by the PUM; returns the result.
 
-    The report (JSON at `config.output`): `command`, `model`, `dataset`, `settings`, `results` (one row
-    "beam B=<beams> k=<expand>" -> `accuracy` dict), `summary` (`rounds`, `unparseable_gold`), `wall_time_s` and
-    `problems` (the answer's text, steps, extracted answer, correctness, U score, token count, and the kept beams).
+    The result (json-safe; `procrl beam` keeps it in run.json, the `problems` in problems.jsonl): `command`,
+    `model`, `dataset`, `settings`, `results` (one row "beam B=<beams> k=<expand>" -> `accuracy` dict), `summary`
+    (`rounds`, `unparseable_gold`), `wall_time_s` and `problems` (the answer's text, steps, extracted answer,
+    correctness, U score, token count, and the kept beams).
     """
     t0 = time.perf_counter()
     s = load_setup(config)
@@ -202,5 +203,4 @@ def run_beam(config: BeamConfig) -> dict:
         "wall_time_s": {"total": time.perf_counter() - t0},
         "problems": records,
     }
-    write_report(config.output, result)
     return result

@@ -1,4 +1,4 @@
-"""Best-of-k curves from `procrl select` reports: every selection method at every k from ONE sample set.
+"""Best-of-k curves of `procrl select --ks`: every selection method at every k from ONE sample set.
 
 The PiCSAR paper (arXiv 2508.21787) compares PiCSAR@6 with self-consistency@16 and the PUM paper a PUM's best-of-N
 with majority vote; both read off one table when every method picks from the same n samples per problem, with k of
@@ -9,23 +9,25 @@ them visible (`bestofn_curves`):
   as the outcome check grades them ("0.5" = "1/2"), ties to the answer whose first occurrence in S is earliest; no
   answer in S -> wrong;
 - `longest`: the most `num_tokens` (the length baseline), ties earliest;
-- `pass@k`: some candidate of S is correct (the ceiling of any selector), exactly 1 - C(n - c, k) / C(n, k);
+- `pass@k`: some candidate of S is correct (the ceiling of any selector), exactly
+  `procrl.evals.stats.pass_at_k` = 1 - C(n - c, k) / C(n, k);
 - `<name>` for every `score_<name>` column: argmax of the score over S, ties earliest, None never picked, all None
   -> wrong (abstain). A name equal to one of the baselines' is kept as `score_<name>`;
 - `greedy` (only when every problem has a `greedy` entry): its correctness, the same at every k.
 
 Expected accuracy of a method at k < n, per problem: the mean of its correctness over `subsets` random k-subsets
 drawn with `random.Random(f"{seed}:{problem_id}:{k}")` (`draw_subsets`: the SAME subsets for every method, so the
-methods are paired; every k-subset once when there are no more than `subsets`); at k == n the full set, once. The curve point is the mean over problems with a percentile
-bootstrap 95% interval over problems (`procrl.evals.stats.bootstrap_mean_interval`).
+methods are paired; every k-subset once when there are no more than `subsets`); at k == n the full set, once. The
+curve point is the mean over problems with a percentile bootstrap 95% interval over problems
+(`procrl.evals.stats.bootstrap_mean_interval`).
 
-`score_auroc`: the within-problem AUROC of each score column and of `num_tokens` (the PUM paper's ranking
-robustness): P(s_correct > s_incorrect) + 0.5 P(tie) over the (correct, incorrect) pairs of scored candidates.
+`score_auroc`: the within-problem AUROC (`procrl.evals.stats.auroc`) of each score column and of `num_tokens` (the
+PUM paper's ranking robustness): P(s_correct > s_incorrect) + 0.5 P(tie) over the (correct, incorrect) pairs of
+scored candidates.
 
-The pick rules are `procrl select`'s own (`procrl.evals.selection_rules`: `pick_argmax` = `select_argmax`,
-`pick_majority` = `select_majority`; no torch). Reading the reports:
-`procrl.evals.bestofn_data` (`load_reports`); the table and plot: `procrl.evals.bestofn_plot`; all three
-re-exported here.
+The samples are `procrl select`'s problem rows (`samples_from_problems`); the pick rules are its own
+(`procrl.evals.selection_rules`: `pick_argmax` = `select_argmax`, `pick_majority` = `select_majority`; no torch).
+The result renders as markdown (`bestofn_table`), a figure (`plot_bestofn`) and run-record metrics (`curve_metrics`).
 """
 
 from __future__ import annotations
@@ -34,38 +36,141 @@ import itertools
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_mean_interval, ratio
-from procrl.evals.bestofn_data import BASELINES, Problem, Samples, load_reports
-from procrl.evals.bestofn_plot import bestofn_table, plot_bestofn
+from procrl.evals.figures import figure, pyplot
 from procrl.evals.selection_rules import select_argmax as pick_argmax
 from procrl.evals.selection_rules import select_majority as pick_majority
+from procrl.evals.stats import (
+    BOOTSTRAP_RESAMPLES,
+    auroc,
+    bootstrap_mean_interval,
+    format_estimate,
+    pass_at_k,
+    ratio,
+)
+from procrl.evals.tables import markdown_table
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
 __all__ = [
     "BASELINES",
-    "DEFAULT_KS",
     "Problem",
     "Samples",
     "bestofn_curves",
     "bestofn_table",
+    "curve_metrics",
     "draw_subsets",
-    "load_reports",
-    "pairwise_auroc",
+    "parse_ks",
     "pick_argmax",
     "pick_majority",
     "plot_bestofn",
+    "samples_from_problems",
     "score_auroc",
 ]
 
-DEFAULT_KS = (1, 2, 4, 6, 8, 16)
+BASELINES = ("greedy", "random", "majority", "longest", "pass@k")  # the rows besides the score columns
+SCORE_PREFIX = "score_"
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Pick rules and the methods
+# The samples
+# ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Problem:
+    """One problem's n candidates (original order): `correct` (n,) bools, `extracted` (n,) answers (None: none),
+    `num_tokens` (n,) token counts, `scores` {name: (n,) floats or None}, `greedy` the greedy answer's correctness
+    (None: no greedy entry; a greedy entry whose `correct` is not true counts as wrong)."""
+
+    problem_id: str
+    correct: list[bool]
+    extracted: list[str | None]
+    num_tokens: list[int]
+    scores: dict[str, list[float | None]] = field(default_factory=dict)
+    greedy: bool | None = None
+
+
+@dataclass
+class Samples:
+    """The sample set: the `problems` with a parseable gold (each with `n` candidates) and how many were left out
+    for an unparseable gold."""
+
+    problems: list[Problem]
+    n: int
+    unparseable_gold: int
+
+    @property
+    def score_names(self) -> list[str]:
+        """The score columns' names (without `score_`), in the order the candidates hold them."""
+        return list(self.problems[0].scores) if self.problems else []
+
+
+def samples_from_problems(problems: Sequence[dict], n: int) -> Samples:
+    """The `Samples` of `procrl select`'s problem rows (`run_select`'s `problems`: `candidates[i]` with
+    `extracted`, `correct` (None: unparseable gold), `num_tokens` and `score_<column>`; optionally `greedy`
+    {"correct", ...}). Problems with an unparseable gold are left out and counted; a score that is None, NaN or
+    infinite is None (never picked); a column a problem lacks is None for its candidates.
+
+    Raises:
+        ValueError: a problem without `n` candidates.
+    """
+    kept, names = [], {}
+    for row in problems:
+        candidates = row["candidates"]
+        if len(candidates) != n:
+            raise ValueError(f"problem {row.get('problem_id')!r} has {len(candidates)} candidates, expected n = {n}")
+        if any(c["correct"] is None for c in candidates):
+            continue
+        scores = {}
+        for key in dict.fromkeys(k for c in candidates for k in c if k.startswith(SCORE_PREFIX)):
+            name = key.removeprefix(SCORE_PREFIX)
+            name = key if name in BASELINES or not name else name
+            names[name] = None
+            scores[name] = [_finite(c.get(key)) for c in candidates]
+        greedy = row.get("greedy")
+        kept.append(
+            Problem(
+                problem_id=str(row["problem_id"]),
+                correct=[bool(c["correct"]) for c in candidates],
+                extracted=[None if c["extracted"] is None else str(c["extracted"]) for c in candidates],
+                num_tokens=[int(c["num_tokens"]) for c in candidates],
+                scores=scores,
+                greedy=None if not isinstance(greedy, dict) else greedy.get("correct") is True,
+            )
+        )
+    for problem in kept:  # every problem gets every column, in one order
+        problem.scores = {name: problem.scores.get(name, [None] * n) for name in names}
+    return Samples(kept, n, len(problems) - len(kept))
+
+
+def _finite(value: float | None) -> float | None:
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def parse_ks(text: str) -> list[int]:
+    """Comma-separated subset sizes as sorted distinct integers ("" -> []).
+
+    Raises:
+        ValueError: a word that is not an integer, or a k < 1.
+
+    >>> parse_ks("8, 2,2"), parse_ks("")
+    ([2, 8], [])
+    """
+    try:
+        ks = sorted({int(w) for w in str(text).split(",") if w.strip()})
+    except ValueError:
+        raise ValueError(f"--ks {text!r} must be comma-separated integers, e.g. 1,2,4,8") from None
+    if ks and ks[0] < 1:
+        raise ValueError(f"--ks {text!r}: every k must be >= 1")
+    return ks
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The methods
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -75,18 +180,6 @@ Method = Callable[[Problem, Sequence[int]], float]
 
 def _random(problem: Problem, subset: Sequence[int]) -> float:
     return sum(problem.correct[i] for i in subset) / len(subset)
-
-
-def _random_exact(problem: Problem, k: int) -> float:
-    """E over k-subsets of a uniform pick's correctness = the problem's mean correctness (any k)."""
-    return sum(problem.correct) / len(problem.correct)
-
-
-def _pass_at_k_exact(problem: Problem, k: int) -> float:
-    """The unbiased pass@k estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, arXiv 2107.03374, eq. 1): the
-    probability that a uniformly drawn k-subset of the n samples, c of them correct, holds a correct one."""
-    n, c = len(problem.correct), sum(problem.correct)
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def _majority(problem: Problem, subset: Sequence[int]) -> float:
@@ -99,7 +192,7 @@ def _longest(problem: Problem, subset: Sequence[int]) -> float:
     return 0.0 if pick is None else float(problem.correct[subset[pick]])
 
 
-def _pass_at_k(problem: Problem, subset: Sequence[int]) -> float:
+def _pass(problem: Problem, subset: Sequence[int]) -> float:
     return float(any(problem.correct[i] for i in subset))
 
 
@@ -119,12 +212,15 @@ def _methods(samples: Samples) -> dict[str, Method]:
     """The subset methods in table order: random, majority, longest, the score columns, pass@k (the ceiling)."""
     methods: dict[str, Method] = {"random": _random, "majority": _majority, "longest": _longest}
     methods |= {name: _Argmax(name) for name in samples.score_names}
-    methods["pass@k"] = _pass_at_k
+    methods["pass@k"] = _pass
     return methods
 
 
 # methods whose expectation over k-subsets has a closed form: computed exactly, not from the drawn subsets
-_EXACT: dict[str, Callable[[Problem, int], float]] = {"random": _random_exact, "pass@k": _pass_at_k_exact}
+_EXACT: dict[str, Callable[[Problem, int], float]] = {
+    "random": lambda p, k: sum(p.correct) / len(p.correct),  # E of a uniform pick = the mean correctness (any k)
+    "pass@k": lambda p, k: pass_at_k(len(p.correct), sum(p.correct), k),
+}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -160,7 +256,7 @@ def draw_subsets(problem_id: str, n: int, k: int, subsets: int, seed: int) -> li
 
 def bestofn_curves(
     samples: Samples,
-    ks: Sequence[int] = DEFAULT_KS,
+    ks: Sequence[int],
     *,
     subsets: int = 64,
     seed: int = 0,
@@ -169,17 +265,17 @@ def bestofn_curves(
     """Accuracy of every method at every k, and the score columns' within-problem AUROC (a json-safe dict).
 
     Args:
-        samples: `load_reports`'s merged sample set (n candidates per problem).
+        samples: the sample set (n candidates per problem; `samples_from_problems`).
         ks: subset sizes (each in [1, n]; sorted, duplicates dropped).
         subsets: random k-subsets per problem and k < n; seed: their seed and the bootstrap's;
         resamples: bootstrap draws of the intervals.
 
     Returns:
-        {"command": "bestofn", "settings": {ks, subsets, seed, resamples, n, reports}, "problems": count,
-        "unparseable_gold": count, "problem_ids": [...], "methods": [row names in table order], "curves": {method:
-        [{"k", "accuracy", "ci_low", "ci_high"}]} (fractions in [0, 1]; all three None without problems: undefined,
-        not 0), "per_problem": {method: {str(k): [each problem's expected accuracy]}} (for paired comparisons),
-        "auroc": `score_auroc`'s dict}.
+        {"settings": {ks, subsets, seed, resamples, n}, "problems": count, "unparseable_gold": count,
+        "problem_ids": [...], "methods": [row names in table order], "curves": {method: [{"k", "accuracy",
+        "ci_low", "ci_high"}]} (fractions in [0, 1]; all three None without problems: undefined, not 0),
+        "per_problem": {method: {str(k): [each problem's expected accuracy]}} (for paired comparisons), "auroc":
+        `score_auroc`'s dict}.
 
     Raises:
         ValueError: no ks, a k outside [1, n], subsets < 1.
@@ -201,10 +297,8 @@ def bestofn_curves(
     if samples.problems and all(p.greedy is not None for p in samples.problems):
         greedy = [float(p.greedy) for p in samples.problems]
         per_problem = {"greedy": {str(k): greedy for k in ks}} | per_problem
-    else:
-        have = sum(p.greedy is not None for p in samples.problems)
-        if have:
-            logger.info("bestofn: %d of %d problems have a greedy entry; no greedy row", have, len(samples.problems))
+    elif have := sum(p.greedy is not None for p in samples.problems):
+        logger.info("bestofn: %d of %d problems have a greedy entry; no greedy row", have, len(samples.problems))
     curves = {}
     for name, by_k in per_problem.items():
         curves[name] = []
@@ -212,10 +306,8 @@ def bestofn_curves(
             values = by_k[str(k)]  # empty without problems: no accuracy, no interval
             low, high = bootstrap_mean_interval(values, resamples=resamples, seed=seed) if values else (None, None)
             curves[name].append({"k": k, "accuracy": ratio(sum(values), len(values)), "ci_low": low, "ci_high": high})
-    settings = {"ks": ks, "subsets": subsets, "seed": seed, "resamples": resamples, "n": samples.n}
     return {
-        "command": "bestofn",
-        "settings": settings | {"reports": samples.reports},
+        "settings": {"ks": ks, "subsets": subsets, "seed": seed, "resamples": resamples, "n": samples.n},
         "problems": len(samples.problems),
         "unparseable_gold": samples.unparseable_gold,
         "problem_ids": [p.problem_id for p in samples.problems],
@@ -226,25 +318,9 @@ def bestofn_curves(
     }
 
 
-def pairwise_auroc(scores: Sequence[float | None], correct: Sequence[bool]) -> float | None:
-    """P(score of a correct candidate > score of an incorrect one) + 0.5 P(tie), over all (correct, incorrect)
-    pairs of scored (non-None) candidates; None without at least one scored candidate of each kind.
-
-    >>> pairwise_auroc([3.0, 1.0, 1.0, None], [True, False, True, False])  # pairs (3>1), (1=1): (1 + 0.5) / 2
-    0.75
-    >>> pairwise_auroc([1.0, 2.0], [True, True]) is None
-    True
-    """
-    pos = [s for s, c in zip(scores, correct, strict=True) if s is not None and math.isfinite(s) and c]
-    neg = [s for s, c in zip(scores, correct, strict=True) if s is not None and math.isfinite(s) and not c]
-    if not pos or not neg:
-        return None
-    wins = sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg)
-    return wins / (len(pos) * len(neg))
-
-
 def score_auroc(samples: Samples, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> dict:
-    """Within-problem AUROC (`pairwise_auroc`) of `longest` (score = num_tokens) and of every score column.
+    """Within-problem AUROC of `longest` (score = num_tokens) and of every score column: per problem
+    `procrl.evals.stats.auroc` of the scored (not None) correct candidates' scores against the incorrect ones'.
 
     Returns:
         {name: {"auroc": mean over the problems with a correct and an incorrect scored candidate, "problems": their
@@ -254,11 +330,114 @@ def score_auroc(samples: Samples, *, resamples: int = BOOTSTRAP_RESAMPLES, seed:
     columns |= {name: [p.scores[name] for p in samples.problems] for name in samples.score_names}
     out = {}
     for name, rows in columns.items():
-        values = [pairwise_auroc(row, p.correct) for row, p in zip(rows, samples.problems, strict=True)]
-        values = [v for v in values if v is not None]
+        values = []
+        for row, problem in zip(rows, samples.problems, strict=True):
+            scored = [(s, c) for s, c in zip(row, problem.correct, strict=True) if s is not None]
+            value = auroc([s for s, c in scored if c], [s for s, c in scored if not c])
+            if value is not None:
+                values.append(value)
         if not values:
             out[name] = {"auroc": None, "problems": 0, "ci_low": None, "ci_high": None}
             continue
         low, high = bootstrap_mean_interval(values, resamples=resamples, seed=seed)
         out[name] = {"auroc": sum(values) / len(values), "problems": len(values), "ci_low": low, "ci_high": high}
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Table, figure, metrics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def bestofn_table(result: dict) -> str:
+    """The accuracy table (a row per method, a column per k, cells `acc% [lo, hi]` with one decimal; "–" where
+    undefined: no problem) and the within-problem AUROC table ("–": no problem holding both kinds of candidate) of a
+    `bestofn_curves` result, as markdown.
+
+    >>> result = {"settings": {"ks": [1, 2], "n": 2, "subsets": 4, "seed": 0}, "problems": 3, "unparseable_gold": 0,
+    ...     "curves": {"random": [{"k": 1, "accuracy": 0.5, "ci_low": 0.25, "ci_high": 0.75},
+    ...                           {"k": 2, "accuracy": 0.5, "ci_low": 0.25, "ci_high": 0.75}]},
+    ...     "auroc": {"longest": {"auroc": None, "problems": 0, "ci_low": None, "ci_high": None}}}
+    >>> print(bestofn_table(result).splitlines()[4])
+    | random | 50.0 [25.0, 75.0] | 50.0 [25.0, 75.0] |
+    """
+    s = result["settings"]
+    accuracy = [
+        [method, *(format_estimate(p["accuracy"], (p["ci_low"], p["ci_high"]), ".1f", 100) for p in points)]
+        for method, points in result["curves"].items()
+    ]
+    aurocs = [
+        [name, None, None, 0]
+        if a["auroc"] is None
+        else [name, f"{a['auroc']:.3f}", f"[{a['ci_low']:.3f}, {a['ci_high']:.3f}]", a["problems"]]
+        for name, a in result["auroc"].items()
+    ]
+    return "\n".join(
+        [
+            f"Best-of-k accuracy (%, [95% bootstrap interval over problems]): {result['problems']} problems, "
+            f"n = {s['n']} samples each, {s['subsets']} random k-subsets per problem for k < n (seed {s['seed']}); "
+            f"{result['unparseable_gold']} left out (unparseable gold).",
+            "",
+            markdown_table(["method", *(f"k={k}" for k in s["ks"])], accuracy),
+            "",
+            "Within-problem AUROC: P(score of a correct sample > an incorrect one) + 0.5 P(tie), mean over the "
+            "problems with both kinds of scored sample (`longest`: the score is num_tokens).",
+            "",
+            markdown_table(["score", "AUROC", "95% interval", "problems"], aurocs),
+        ]
+    ) + "\n"
+
+
+def plot_bestofn(result: dict, path: str | Path) -> Path:
+    """Accuracy (%) against k (log2 axis), one line per method of `result["curves"]` with its 95% interval as a
+    band (undefined points left out); saved as a 120 dpi PNG at `path` (its folder created). Returns the path."""
+    colors = pyplot().get_cmap("tab20").colors  # 20 distinct colours: a dozen methods never share one
+    with figure(path, dpi=120, figsize=(7, 4.5)) as (fig, ax):
+        for i, (method, points) in enumerate(result["curves"].items()):
+            points = [p for p in points if p["accuracy"] is not None]  # an undefined point is not drawn
+            if not points:
+                continue
+            ks = [p["k"] for p in points]
+            color = colors[2 * i % 20 + i // 10]
+            style = {"linestyle": "--", "color": "black"} if method == "pass@k" else {"color": color}
+            accuracy = [100 * p["accuracy"] for p in points]
+            (line,) = ax.plot(ks, accuracy, marker="o", markersize=3, label=method, **style)
+            banded = [p for p in points if p["ci_low"] is not None and p["ci_high"] is not None]
+            low, high = [100 * p["ci_low"] for p in banded], [100 * p["ci_high"] for p in banded]
+            ax.fill_between([p["k"] for p in banded], low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        ks = result["settings"]["ks"]
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
+        ax.set_xlabel("k (samples the method picks from)")
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"Best-of-k over {result['problems']} problems (n = {result['settings']['n']})")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:  # no line without problems
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+    return Path(path)
+
+
+def curve_metrics(result: dict) -> dict[str, float]:
+    """The run record's flat metrics of a `bestofn_curves` result: `bestofn/<method>/acc@<k>` (and `ci_low@<k>`,
+    `ci_high@<k>`; fractions), `bestofn/<score>/auroc` (and `auroc_problems`), `bestofn/problems`,
+    `bestofn/unparseable_gold`; an undefined value (None: no problem) is left out.
+
+    >>> metrics = curve_metrics({"problems": 2, "unparseable_gold": 1, "auroc": {},
+    ...     "curves": {"random": [{"k": 1, "accuracy": 0.5, "ci_low": 0.0, "ci_high": 1.0}]}})
+    >>> metrics["bestofn/random/acc@1"], metrics["bestofn/random/ci_high@1"], metrics["bestofn/problems"]
+    (0.5, 1.0, 2)
+    """
+    metrics: dict[str, float] = {}
+    for method, points in result["curves"].items():
+        for p in points:
+            metrics[f"bestofn/{method}/acc@{p['k']}"] = p["accuracy"]
+            metrics[f"bestofn/{method}/ci_low@{p['k']}"] = p["ci_low"]
+            metrics[f"bestofn/{method}/ci_high@{p['k']}"] = p["ci_high"]
+    for name, a in result["auroc"].items():
+        if a["auroc"] is not None:
+            metrics[f"bestofn/{name}/auroc"] = a["auroc"]
+            metrics[f"bestofn/{name}/auroc_problems"] = a["problems"]
+    metrics["bestofn/problems"] = result["problems"]
+    metrics["bestofn/unparseable_gold"] = result["unparseable_gold"]
+    return {key: value for key, value in metrics.items() if value is not None}  # undefined values left out

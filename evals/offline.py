@@ -4,8 +4,8 @@
 Their settings (`OfflineSamplingConfig`: the policy, the problem slice and sampling, the base of `OfflineFRSConfig`
 of `procrl frs`; `OfflineConfig` adds the PUM, parsed by `TrlParser` in `procrl/scripts/select.py` and
 `procrl/scripts/beam.py`), loading the problems, the policy's rollout engine and its tokenizer (`load_setup`), the
-sampling settings (`sampling_params`), the PUM, the accuracy of one pick per problem with a 95% Wilson interval, the
-accuracy table and the JSON report. Problems whose gold answer cannot be parsed are left out of the accuracy (their
+sampling settings (`sampling_params`), the PUM, the accuracy of one pick per problem with a 95% Wilson interval, and the
+accuracy table. Problems whose gold answer cannot be parsed are left out of the accuracy (their
 `correct` entry is None); with none left the accuracy and its interval are None (undefined, "–" in the table), not 0.
 
 Every command samples through a `procrl.generation` rollout engine (`generation_backend`: "auto" = vLLM wherever it
@@ -14,7 +14,6 @@ imports, else transformers `generate`), whose `Rollout.logprobs` are raw (T = 1)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,6 @@ __all__ = [
     "load_rows",
     "load_setup",
     "sampling_params",
-    "write_report",
 ]
 
 
@@ -272,9 +270,3 @@ def format_accuracy_table(results: dict[str, dict]) -> str:
         lines.append(f"{name:<22} {acc:<24} {r['correct']:>4}/{r['total']:<4} {r['abstained']:>9}")
     return "\n".join(lines)
 
-
-def write_report(path: str, result: dict) -> None:
-    """Write the JSON report (indent 2), creating its folder."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))

@@ -19,13 +19,14 @@ PiCSAR), picks one per scorer and reports the accuracy of the picked completions
 
 Several scorers select from the SAME samples; a score pass writes all its columns (`score_<column>` per candidate:
 `picsar` also writes `score_picsar_reasoning` and `score_picsar_answer`). Ties always go to the earliest candidate.
-The report also holds pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one
+The result also holds pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one
 sample; with `greedy`, also one greedy decode per problem (temperature 0, same prompt and token budget) and its
-accuracy (row `greedy`). The samples (token ids and log-probs) are kept in `<output stem>.samples.jsonl`: a rerun
+accuracy (row `greedy`). The samples (token ids and log-probs) are kept in `<output_dir>/samples.jsonl`: a rerun
 with the same model, engine (`RolloutEngine.cache_key()`: a vLLM sample is never reused as a transformers one),
 data slice and sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of
-sampling. The greedy decodes are kept likewise in `<output stem>.greedy.jsonl` (keyed without the sampling-only
-settings `n`, `temperature`, `top_p`, `seed`).
+sampling. The greedy decodes are kept likewise in `<output_dir>/greedy.jsonl` (keyed without the sampling-only
+settings `n`, `temperature`, `top_p`, `seed`). With `ks`, `procrl select` also computes the best-of-k curves of
+every method from the same samples (`procrl.evals.bestofn`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ from tqdm.auto import tqdm
 
 from procrl.generation import SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
-from procrl.evals.stats import ratio
-from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params, write_report
+from procrl.evals.bestofn import parse_ks
+from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params
 from procrl.evals.selection_scorers import (
     SCORERS,
     Candidates,
@@ -54,6 +55,7 @@ from procrl.evals.selection_scorers import (
     select_majority,
     select_random,
 )
+from procrl.evals.stats import ratio
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -62,6 +64,7 @@ __all__ = [
     "SCORERS",
     "Candidates",
     "SelectConfig",
+    "read_select_run",
     "run_select",
     "select_argmax",
     "select_majority",
@@ -76,8 +79,8 @@ class SelectConfig(OfflineConfig):
     Raises:
         ValueError: (on construction) a scorer not in `SCORERS` or given twice, no scorer, `n` < 1, a PUM scorer
             (pum, pum_min, pum_last, pum_mean) without a `pum` directory, a `picsar_evaluator` that is empty or
-            without a PiCSAR scorer (picsar, picsar_reasoning, picsar_answer) to use it, or a bad shared setting
-            (`OfflineConfig`).
+            without a PiCSAR scorer (picsar, picsar_reasoning, picsar_answer) to use it, `ks` that are not integers
+            in [1, n], `subsets` or `resamples` < 1, or a bad shared setting (`OfflineConfig`).
     """
 
     scorer: str = field(default="pum", metadata={"help": f"one or more of {', '.join(SCORERS)} (comma-separated)"})
@@ -93,10 +96,29 @@ class SelectConfig(OfflineConfig):
         default=False,
         metadata={
             "help": "also decode every problem once greedily (temperature 0, same prompt and --max-new-tokens): "
-            "a `greedy` entry per problem and a `greedy` accuracy row; cached in <output stem>.greedy.jsonl"
+            "a `greedy` entry per problem and a `greedy` accuracy row; cached in <output-dir>/greedy.jsonl"
         },
     )
-    output: str = field(default="outputs/select/select.json", metadata={"help": "JSON report path"})
+    ks: str = field(
+        default="",
+        metadata={
+            "help": "best-of-k curves of every selection method from the same samples at these k (comma-separated, "
+            "each <= --n, e.g. 1,2,4,8): table.md, curves.png and the bestofn/* metrics; empty: no curves"
+        },
+    )
+    subsets: int = field(
+        default=64, metadata={"help": "random k-subsets per problem for each k < n of --ks (the same for every method)"}
+    )
+    resamples: int = field(default=1000, metadata={"help": "bootstrap resamples of the curves' 95%% intervals"})
+    output_dir: str = field(
+        default="outputs/select",
+        metadata={"help": "where run.json, problems.jsonl, the samples cache and (with --ks) table.md, curves.png go"},
+    )
+
+    @property
+    def k_list(self) -> list[int]:
+        """`ks` as sorted distinct integers (empty: no curves)."""
+        return parse_ks(self.ks)
 
     @property
     def scorers(self) -> list[str]:
@@ -116,6 +138,14 @@ class SelectConfig(OfflineConfig):
             problems.append(f"--scorer names {twice} more than once; give each scorer once")
         if self.n < 1:
             problems.append(f"--n must be >= 1 (samples per problem), got {self.n}")
+        try:
+            if self.k_list and self.k_list[-1] > self.n:
+                small = ",".join(str(k) for k in self.k_list if k <= self.n) or "1"
+                problems.append(f"--ks {self.ks}: k = {self.k_list[-1]} > --n {self.n} samples (e.g. --ks {small})")
+        except ValueError as error:
+            problems.append(str(error))
+        if self.subsets < 1 or self.resamples < 1:
+            problems.append(f"--subsets ({self.subsets}) and --resamples ({self.resamples}) must be >= 1")
         known = [s for s in scorers if s in SCORERS]
         needs_pum = [s for s in known if pass_of(s) in ("pum", "pum_steps")]
         if needs_pum and not self.pum:
@@ -139,6 +169,8 @@ class SelectConfig(OfflineConfig):
 # ----------------------------------------------------------------------------------------------------------
 
 
+RUN_FILE = "run.json"  # the run record procrl.experiment.tracking writes (a layer above: named here to read it)
+PROBLEMS_FILE = "problems.jsonl"  # `procrl select`'s per-problem rows beside it (TrackedRun.write_rows("problems"))
 # What decides the samples of `procrl select` (the key of its samples file, with the engine's cache key; batch_size
 # makes the generate calls, hence the seeds).
 SAMPLE_SETTINGS = (
@@ -180,14 +212,39 @@ def _write_samples(path: Path, key: dict, ids: list[list[int]], logps: list[list
     tmp.replace(path)  # atomic: a killed run never leaves a half-written samples file
 
 
-def cache_paths(output: str | Path) -> tuple[Path, Path]:
-    """(samples file, greedy file) of a report path: `<stem>.samples.jsonl` and `<stem>.greedy.jsonl` next to it.
+def cache_paths(output_dir: str | Path) -> tuple[Path, Path]:
+    """(samples file, greedy file) of a select run's output directory: `samples.jsonl` and `greedy.jsonl` in it.
 
-    >>> [p.name for p in cache_paths("outputs/select/svamp.json")]
-    ['svamp.samples.jsonl', 'svamp.greedy.jsonl']
+    >>> [p.as_posix() for p in cache_paths("outputs/select")]
+    ['outputs/select/samples.jsonl', 'outputs/select/greedy.jsonl']
     """
-    out = Path(output)
-    return out.with_name(out.stem + ".samples.jsonl"), out.with_name(out.stem + ".greedy.jsonl")
+    return Path(output_dir) / "samples.jsonl", Path(output_dir) / "greedy.jsonl"
+
+
+def read_select_run(directory: str | Path) -> dict:
+    """The result of the `procrl select` run in `directory` (its run.json's `result`) with its `problems` read back
+    from `problems.jsonl` beside it: what `run_select` returned. For reusing a run's samples (`procrl frs
+    --traces-from`); the samples file is `cache_paths(directory)[0]`.
+
+    Raises:
+        ValueError: no readable run.json, a run of another command or one that did not finish, or no readable
+            problems.jsonl (the message says to give the directory `procrl select --output-dir` wrote).
+    """
+    directory = Path(directory)
+    record_path = directory / RUN_FILE
+    try:
+        record = json.loads(record_path.read_text())
+        if record.get("command") != "select" or record.get("status") != "finished":
+            raise ValueError(f"a {record.get('status')} {record.get('command')!r} run, not a finished select run")
+        result = dict(record["result"])
+        with (directory / PROBLEMS_FILE).open() as handle:
+            result["problems"] = [json.loads(line) for line in handle]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(
+            f"{directory}: not a readable `procrl select` run ({err}); give the directory `procrl select "
+            "--output-dir` wrote (run.json, problems.jsonl, samples.jsonl)"
+        ) from None
+    return result
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -257,9 +314,10 @@ def _greedy_entries(s: Setup, ids: list[list[int]]) -> list[dict]:
 
 
 def run_select(config: SelectConfig) -> dict:
-    """Sample `n` completions per problem, pick one per scorer of `config.scorers`, write and return the report.
+    """Sample `n` completions per problem, pick one per scorer of `config.scorers`; returns the result.
 
-    The report (JSON at `config.output`): `command`, `model`, `dataset`, `settings` (every field, e.g.
+    The result (json-safe; `procrl select` keeps it in run.json, the `problems` in problems.jsonl): `command`,
+    `model`, `dataset`, `settings` (every field, e.g.
     `picsar_evaluator`), `scorers`, `results` (scorer -> `accuracy` dict; `greedy` with `config.greedy`; plus
     `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, None without a parseable gold; `unparseable_gold`),
     `wall_time_s`, `samples` (`path`, `from_cache`; with greedy also `greedy_path`, `greedy_from_cache`) and
@@ -268,7 +326,7 @@ def run_select(config: SelectConfig) -> dict:
     """
     t0 = time.perf_counter()
     s = load_setup(config)
-    samples_path, greedy_path = cache_paths(config.output)
+    samples_path, greedy_path = cache_paths(config.output_dir)
     ids, logps, from_cache = _sample(config, s, samples_path)
     t_gen = time.perf_counter() - t0  # model loading included; with cached samples, loading and reading only
     greedy: list[dict] | None = None
@@ -331,5 +389,4 @@ def run_select(config: SelectConfig) -> dict:
             for p, (row, c) in enumerate(zip(s.dataset, correct_g, strict=True))
         ],
     }
-    write_report(config.output, result)
     return result

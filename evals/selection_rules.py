@@ -1,5 +1,5 @@
-"""The pure selection rules of best-of-N (no torch, no models): `procrl select` (`procrl.evals.selection_scorers`)
-and `procrl bestofn` (`procrl.evals.bestofn`) pick with the same functions.
+"""The pure selection rules of best-of-N (no torch, no models): `procrl select`'s picks
+(`procrl.evals.selection_scorers`) and its best-of-k curves (`procrl.evals.bestofn`) use the same functions.
 """
 
 from __future__ import annotations

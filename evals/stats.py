@@ -1,5 +1,7 @@
-"""Bootstrap confidence intervals over problems (the one resampling helper of procrl's results tables), and the
-rule for a number over nothing.
+"""The statistics of procrl's results tables, each in one place: the percentile bootstrap over problems
+(`bootstrap_interval`, `bootstrap_mean_interval`), the Wilson interval of a proportion (`wilson_interval`), mean and
+sample standard deviation (`mean_std`), the ROC AUC of a score (`auroc`), the unbiased pass@k (`pass_at_k`), and the
+rule for a number over nothing (`ratio`, `format_estimate`, `MISSING`).
 
 No data is not zero: a rate or mean whose denominator is empty (an accuracy over zero scorable problems, a precision
 with nothing predicted positive) is UNDEFINED: None in Python and JSON (`ratio`; JSON has no NaN), "–" (`MISSING`)
@@ -24,10 +26,12 @@ import numpy as np
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
     "MISSING",
+    "auroc",
     "bootstrap_interval",
     "bootstrap_mean_interval",
     "format_estimate",
     "mean_std",
+    "pass_at_k",
     "ratio",
     "wilson_interval",
 ]
@@ -168,3 +172,35 @@ def mean_std(values: Sequence[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def auroc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
+    """The ROC AUC of a score telling positives from negatives: P(X > Y) + P(X = Y) / 2 for X drawn from `positives`
+    and Y from `negatives` (the Mann-Whitney U statistic over n_pos * n_neg); None (undefined) when either is empty.
+    Exact: counts all n_pos * n_neg pairs (a few hundred per side at most in procrl's tables). The caller leaves out
+    what has no score.
+
+    >>> auroc([3, 2], [1, 2])  # pairs: 3>1, 3>2, 2>1, 2=2 -> (3 + 0.5) / 4
+    0.875
+    >>> auroc([1.0], []) is None
+    True
+    """
+    if not positives or not negatives:
+        return None
+    wins = sum((x > y) + 0.5 * (x == y) for x in positives for y in negatives)
+    return wins / (len(positives) * len(negatives))
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """The unbiased pass@k estimator 1 - C(n - c, k) / C(n, k) (Chen et al. 2021, arXiv 2107.03374, eq. 1): the
+    probability that a uniformly drawn k-subset of n samples, `correct` = c of them correct, holds a correct one.
+
+    Raises:
+        ValueError: k outside [1, n] or c outside [0, n].
+
+    >>> pass_at_k(4, 1, 2)  # 1 - C(3, 2) / C(4, 2) = 1 - 3/6
+    0.5
+    """
+    if not 1 <= k <= n or not 0 <= correct <= n:
+        raise ValueError(f"pass_at_k: need 1 <= k <= n and 0 <= correct <= n, got n={n}, correct={correct}, k={k}")
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)

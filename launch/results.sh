@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17's comparisons (docs/results/README.md): each section samples or judges into outputs/results/ (cached, so
 # a rerun or a resumed run redoes nothing finished) and copies its table, plot and run.json into docs/results/<name>/.
-#   launch/results.sh bestofn   # PiCSAR and PUM best-of-N: procrl select once per policy, procrl bestofn per table
+#   launch/results.sh bestofn   # PiCSAR and PUM best-of-N: procrl select --ks once per policy (selection + curves)
 #   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs-compare
 #   launch/results.sh stepgap   # StepGap decomposability: procrl stepgap-eval --llm-only on the shipped 2Wiki steps
 #   launch/results.sh all       # the three, in this order (frs needs bestofn's samples)
@@ -30,26 +30,22 @@ keep() {  # keep DIR FILE...: copy the small outputs into docs/results/DIR
 }
 
 bestofn() {
-  mkdir -p $OUT/bestofn
   for entry in $POLICIES; do
     name=${entry%%=*}; model=${entry#*=}; other=$(other_of "$model"); oname=$(name_of "$other")
-    report=$OUT/bestofn/svamp_$name.json
-    $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --output "$report"
-    # PiCSAR's decoupling: the other model teacher-forces the answer term over the SAME samples (the samples key
-    # ignores the evaluator, so a copy of the samples file is read, not resampled)
-    $PROCRL bestofn "$report" --ks 1,2,4,6,8,16 --output-dir $OUT/bestofn/picsar_$name
-    keep picsar/$name $OUT/bestofn/picsar_$name/{table.md,curves.png,run.json,bestofn.json}
+    run=$OUT/bestofn/svamp_$name
+    # every selector and the best-of-k curves (ks 1,2,4,6,8,16 of the config) from one sample set
+    $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --output-dir "$run"
+    keep bestofn/$name $run/{table.md,curves.png,run.json}
     if [ "$DECOUPLED" = 1 ]; then
-      decoupled=$OUT/bestofn/svamp_${name}_answer_by_$oname.json
-      cp "${report%.json}.samples.jsonl" "${decoupled%.json}.samples.jsonl"
+      # PiCSAR's decoupling: the other model teacher-forces the answer term over the SAME samples (the samples key
+      # ignores the evaluator, so a copy of the samples file is read, not resampled)
+      decoupled=${run}_answer_by_$oname
+      mkdir -p "$decoupled"
+      cp "$run/samples.jsonl" "$decoupled/samples.jsonl"
       $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --greedy false \
-        --scorer picsar,picsar_reasoning,picsar_answer --picsar_evaluator "$other" --output "$decoupled"
-      $PROCRL bestofn "$decoupled" --ks 1,2,4,6,8,16 --output-dir $OUT/bestofn/picsar_${name}_answer_by_$oname
-      keep picsar/${name}_answer_by_$oname \
-        $OUT/bestofn/picsar_${name}_answer_by_$oname/{table.md,curves.png,run.json,bestofn.json}
+        --scorer picsar,picsar_reasoning,picsar_answer --picsar_evaluator "$other" --output-dir "$decoupled"
+      keep bestofn/${name}_answer_by_$oname $decoupled/{table.md,curves.png,run.json}
     fi
-    $PROCRL bestofn "$report" --ks 4,8,16 --output-dir $OUT/bestofn/pum_$name
-    keep pum_bestofn/$name $OUT/bestofn/pum_$name/{table.md,curves.png,run.json,bestofn.json}
   done
 }
 
@@ -62,7 +58,7 @@ frs() {
       *" $judge "*)
         for entry in $POLICIES; do
           name=${entry%%=*}
-          $PROCRL frs --traces-from $OUT/bestofn/svamp_$name.json --judge "$judge" --k_values 10,20,30 \
+          $PROCRL frs --traces-from $OUT/bestofn/svamp_$name --judge "$judge" --k_values 10,20,30 \
             --output-dir $OUT/frs/svamp_${name}_judge_$jname
           reports+=($OUT/frs/svamp_${name}_judge_$jname/frs.json)
         done ;;

@@ -1,36 +1,42 @@
 """The `procrl` command: one subcommand per module of `procrl.scripts` (each `main(argv) -> int`, `--help` for its
-flags, `--config x.yaml` for a file of them).
+flags, `--config x.yaml` for a file of them). Examples, by group:
 
+train
 procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
                              (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
                              e.g. --max_steps 5 --eval_sets svamp:700:720:96)
 procrl train-grpo --config configs/grpo/svamp_smollm2_pum.yaml [flags]
                              GRPO with process rewards (= python train_grpo.py ...)
-procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
-                             --all also the Gemma 3 270M student of the PUM-Math builder
-procrl model path            print the converted default model's directory
 procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
                              PUM-Math preference pairs from student rollouts
 procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml
                              Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
+
+evaluate
+procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PATH [--ks 1,2,4,8] [--output-dir D]
+                             best-of-N on a dataset: accuracy table; with --ks the best-of-k curves of every
+                             selection method from the same samples (run.json, problems.jsonl, table.md, curves.png)
+procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp [--output-dir D]
+                             PUM-guided step beam search: accuracy table (run.json, problems.jsonl)
 procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
                              offline Filtered Reasoning Score of a model on a benchmark (frs.json, frs.png)
-procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PATH
-                             best-of-N on a dataset: accuracy table (stdout) and JSON
-procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp
-                             PUM-guided step beam search: accuracy table and JSON
-procrl stepgap-eval --data annotated.jsonl --judge local
-                             StepGap verifier metrics and stage ablations on an annotated set
-procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
-                             Search-R1-style retrieval server (POST /retrieve) over a bm25s index
-procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
-                             a sweep file's variants: wandb sweep + agent, or offline one after another (resumable)
-procrl report SWEEP_DIR | RUN_DIR... [--output-dir D] [--title T] [--finished-only]
-                             markdown table + plots (report.md, curves.png) from run.json files / offline wandb runs
-procrl bestofn SELECT.json [SELECT2.json ...] [--ks 1,2,4,6,8,16] [--output-dir D]
-                             best-of-k accuracy of every selection method from one sample set, with intervals
 procrl frs-compare A/frs.json B/frs.json --output-dir D
                              models ranked by accuracy and by FRS@K per benchmark, with intervals and inversions
+procrl stepgap-eval --data annotated.jsonl --judge local
+                             StepGap verifier metrics and stage ablations on an annotated set
+
+experiments
+procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
+                             a sweep file's variants: wandb sweep + agent, or offline one after another (resumable)
+procrl report SWEEP_DIR | RUN_DIR... [--output-dir D] [--title T] [--finished-only] [--metrics 'bestofn/*/acc@16']
+                             markdown table + plots (report.md, curves.png) from run.json files
+
+setup
+procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to safetensors (once);
+                             --all also the Gemma 3 270M student of the PUM-Math builder
+procrl model path            print the converted default model's directory
+procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
+                             Search-R1-style retrieval server (POST /retrieve) over a bm25s index
 """
 
 from __future__ import annotations
@@ -59,7 +65,10 @@ COMMANDS = {
     ),
     "train-pum": ("procrl.scripts.train_pum", "train a Prefix Utility Model (same flags as train_pum.py)"),
     "frs": ("procrl.scripts.frs", "offline FRS of a model on a benchmark (procrl frs --help)"),
-    "select": ("procrl.scripts.select", "best-of-N selection (pum, picsar, majority, random) -> accuracy table"),
+    "select": (
+        "procrl.scripts.select",
+        "best-of-N selection (pum, picsar, majority, random) -> accuracy table; --ks: best-of-k curves",
+    ),
     "beam": ("procrl.scripts.beam", "PUM-guided step-level beam search -> accuracy table"),
     "stepgap-eval": (
         "procrl.scripts.stepgap_eval",
@@ -67,9 +76,16 @@ COMMANDS = {
     ),
     "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
-    "report": ("procrl.scripts.report", "markdown table + plots from run.json files / offline wandb runs (no server)"),
-    "bestofn": ("procrl.scripts.bestofn", "best-of-k curves (every selector, every k) from procrl select reports"),
+    "report": ("procrl.scripts.report", "markdown table + plots from the runs' run.json files (no server)"),
     "frs-compare": ("procrl.scripts.frs_compare", "rank models by accuracy and by FRS@K, with intervals (frs.json)"),
+}
+
+# `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
+GROUPS = {
+    "train": ("demo", "train-grpo", "build-pum-data", "train-pum"),
+    "evaluate": ("select", "beam", "frs", "frs-compare", "stepgap-eval"),
+    "experiments": ("sweep", "report"),
+    "setup": ("model", "serve-retriever"),
 }
 
 
@@ -85,14 +101,28 @@ def find_demo_config() -> Path:
     )
 
 
+def command_groups() -> str:
+    """The subcommands by `GROUPS`, each with its one-line help: the body of `procrl --help`."""
+    width = max(map(len, COMMANDS)) + 2
+    lines = []
+    for group, names in GROUPS.items():
+        lines += ["", f"{group}:"] + [f"  {name:<{width}}{COMMANDS[name][1]}" for name in names]
+    return "\n".join(lines[1:])
+
+
 def make_parser() -> argparse.ArgumentParser:
-    """The dispatcher's own parser: only the subcommand (each subcommand's flags belong to its module's parser)."""
+    """The dispatcher's own parser: only the subcommand (each subcommand's flags belong to its module's parser);
+    its help lists the subcommands by group, then the examples (the module docstring)."""
     parser = argparse.ArgumentParser(
-        prog="procrl", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="procrl",
+        description="RL of language models with process rewards; `procrl COMMAND --help` gives a command's flags."
+        "\n\n" + command_groups(),
+        epilog=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name, (_, help_text) in COMMANDS.items():
-        sub.add_parser(name, help=help_text, add_help=False)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of the commands above")
+    for name in COMMANDS:
+        sub.add_parser(name, add_help=False)
     return parser
 
 

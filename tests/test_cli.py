@@ -1,5 +1,6 @@
 """The `procrl` command dispatches every subcommand to its `procrl.scripts` module: `procrl <sub> --help` works for
-each, in-process (`procrl.cli.main`), and an unknown subcommand is a usage error."""
+each, in-process (`procrl.cli.main`), `procrl --help` lists them by group, and an unknown subcommand is a usage
+error."""
 
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ SUBCOMMANDS = {
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
-    "bestofn": "procrl.scripts.bestofn",
     "frs-compare": "procrl.scripts.frs_compare",
 }
 
@@ -37,12 +37,23 @@ def test_subcommand_help(subcommand, capsys):
     assert "usage:" in capsys.readouterr().out
 
 
-def test_procrl_help_lists_the_subcommands(capsys):
+def test_procrl_help_lists_the_subcommands_by_group(capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(["--help"])
     assert info.value.code == 0
-    out = capsys.readouterr().out
-    assert all(name in out for name in SUBCOMMANDS)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(any(line.split()[:1] == [name] for line in lines) for name in SUBCOMMANDS)
+    # each group's heading, then its commands, one line each with their help, before the next heading
+    starts = [lines.index(f"{group}:") for group in ("train", "evaluate", "experiments", "setup")]
+    assert starts == sorted(starts)
+    evaluate = lines[starts[1] + 1 : starts[2]]
+    assert [line.split()[0] for line in evaluate if line.strip()] == list(cli.GROUPS["evaluate"])
+    assert any(line.split()[0] == "select" and "--ks" in line for line in evaluate)
+
+
+def test_every_subcommand_is_in_exactly_one_group():
+    grouped = [name for names in cli.GROUPS.values() for name in names]
+    assert sorted(grouped) == sorted(cli.COMMANDS)
 
 
 @pytest.mark.parametrize("argv", [[], ["chess"]])

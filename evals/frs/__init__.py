@@ -48,7 +48,7 @@ per bin, drawn deterministically from a hash seed, and only the bins that overla
     87.5
 """
 
-from procrl.evals.frs.compute import compute_frs, judge_traces, mann_whitney_auc, plan_judging, summarize
+from procrl.evals.frs.compute import compute_frs, judge_traces, plan_judging, summarize
 from procrl.evals.frs.confidence import (
     kept_count,
     rank_by_confidence,
@@ -83,7 +83,6 @@ __all__ = [
     "judge_messages",
     "judge_traces",
     "kept_count",
-    "mann_whitney_auc",
     "plan_judging",
     "rank_by_confidence",
     "reasoning_score",

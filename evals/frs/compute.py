@@ -7,7 +7,8 @@ traces that have a score; the selection gain is the mean, over questions with >=
 RS(most confident trace) - RS(random trace). Each is computed twice: from RS (the validated scores) and from
 RS_expected (the G-Eval expected scores, `Trace.rs_expected`), the latter only when every scored trace has expected
 scores (else None, and `FRSReport.n_scored_without_probs` says how many lack them). `rs_auc` / `rs_expected_auc`:
-how well RS separates correct from incorrect final answers over the scored traces (`mann_whitney_auc`).
+how well RS separates correct from incorrect final answers over the scored traces
+(`procrl.evals.stats.auroc`).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ from typing import TYPE_CHECKING, Any
 from procrl.evals.frs.confidence import kept_count, rank_by_confidence
 from procrl.evals.frs.judging import ReasoningJudgement, expected_scores, judge_messages
 from procrl.evals.frs.traces import FRSConfig, FRSReport, Trace
+from procrl.evals.stats import auroc
 
 if TYPE_CHECKING:  # the judge client is only needed when something is judged
     from procrl.judges import Judge, JudgeResult
 
-__all__ = ["compute_frs", "judge_traces", "mann_whitney_auc", "plan_judging", "summarize"]
+__all__ = ["compute_frs", "judge_traces", "plan_judging", "summarize"]
 
 _RS, _RS_EXPECTED = "rs", "rs_expected"  # the two `Trace` properties every estimate can be computed from
 
@@ -113,20 +115,6 @@ def _scores_of(result: JudgeResult) -> tuple[dict[str, int] | None, str | None]:
     return judgement.model_dump(), None
 
 
-def mann_whitney_auc(positives: Sequence[float], negatives: Sequence[float]) -> float | None:
-    """P(X > Y) + P(X = Y) / 2 for X drawn from `positives` and Y from `negatives` (the Mann-Whitney U statistic
-    divided by n_pos * n_neg, i.e. the ROC AUC of the score for telling the two classes apart); None when either is
-    empty. Exact: counts all n_pos * n_neg pairs (400 x 400 pairs at most for FRS's judged traces).
-
-    >>> mann_whitney_auc([3, 2], [1, 2])   # pairs: 3>1, 3>2, 2>1, 2=2 -> (3 + 0.5) / 4
-    0.875
-    """
-    if not positives or not negatives:
-        return None
-    wins = sum((x > y) + 0.5 * (x == y) for x in positives for y in negatives)
-    return wins / (len(positives) * len(negatives))
-
-
 def summarize(traces: Sequence[Trace], config: FRSConfig, judge_stats: dict[str, Any] | None = None) -> FRSReport:
     """FRS@K, accuracies, selection gain and the AUC of RS (each from RS and from RS_expected) from traces whose
     judged ones carry `scores` / `expected_scores` (see `compute_frs` and the module docstring)."""
@@ -183,9 +171,9 @@ def summarize(traces: Sequence[Trace], config: FRSConfig, judge_stats: dict[str,
         at_k_expected=at_k_expected,
         selection_gain_expected=gain_expected,
         n_scored_without_probs=without_probs,
-        rs_auc=mann_whitney_auc([t.rs for t in correct], [t.rs for t in incorrect]),
+        rs_auc=auroc([t.rs for t in correct], [t.rs for t in incorrect]),
         rs_expected_auc=(
-            mann_whitney_auc([t.rs_expected for t in correct], [t.rs_expected for t in incorrect])
+            auroc([t.rs_expected for t in correct], [t.rs_expected for t in incorrect])
             if with_expected
             else None
         ),

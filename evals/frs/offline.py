@@ -37,7 +37,7 @@ from procrl.evals.frs import FRSConfig, compute_frs
 from procrl.evals.frs.intervals import accuracy_key, frs_intervals, frs_key
 from procrl.evals.frs.sampling import generate_traces_resumable, select_traces
 from procrl.evals.offline import OfflineSamplingConfig, load_rows, load_setup
-from procrl.evals.selection import cache_paths
+from procrl.evals.selection import cache_paths, read_select_run
 from procrl.utils import get_logger, json_safe
 
 logger = get_logger(__name__)
@@ -121,9 +121,9 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     traces_from: str | None = field(
         default=None,
         metadata={
-            "help": "a `procrl select` report (JSON, its <stem>.samples.jsonl next to it): its samples are the traces "
-            "(no sampling; model, data slice, sampling settings and seed come from the report), so best-of-N and "
-            "FRS share one sample set"
+            "help": "a `procrl select` run directory (its --output-dir: run.json, problems.jsonl, samples.jsonl): "
+            "its samples are the traces (no sampling; model, data slice, sampling settings and seed come from the "
+            "run), so best-of-N and FRS share one sample set"
         },
     )
     output_dir: str = field(default="outputs/frs", metadata={"help": "where frs.json and frs.png go"})
@@ -271,10 +271,10 @@ def with_select_settings(args: OfflineFRSConfig) -> OfflineFRSConfig:
         ValueError: the report is unreadable or has no `settings` (not a `procrl select` report).
     """
     try:
-        settings = json.loads(Path(args.traces_from).read_text())["settings"]
+        settings = read_select_run(args.traces_from)["settings"]
         changes = {key: settings[key] for key in SELECT_SETTINGS if key in settings}
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"--traces-from {args.traces_from}: not a readable `procrl select` report ({err})") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--traces-from {err}") from None
     changes["top_k"] = 0
     for key, value in changes.items():
         if getattr(args, key) != value:

@@ -32,7 +32,7 @@ from procrl.generation import (
 )
 from procrl.evals.frs import Trace, tail_confidence_from_logps
 from procrl.rewards.outcome import is_correct
-from procrl.evals.selection import cache_paths
+from procrl.evals.selection import cache_paths, read_select_run
 from procrl.utils import get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
@@ -237,15 +237,15 @@ def generate_traces_resumable(
 def select_traces(
     report_path: str | Path, rows: Sequence[dict[str, Any]], *, tail_fraction: float = 0.1
 ) -> list[Trace]:
-    """The samples of a `procrl select` report as FRS traces, so one sample set serves best-of-N and FRS.
+    """The samples of a `procrl select` run as FRS traces, so one sample set serves best-of-N and FRS.
 
-    Each candidate of the report (problem-major, in sampling order) becomes a `Trace`: its text and token count from
-    the report, its tail confidence from the sampler's raw (T = 1) log-probs in the report's samples file
-    (`<report stem>.samples.jsonl` next to the report, the same log-probs `engine_traces` uses) and its correctness
-    from `is_correct` against `rows`' `answer` (the check `procrl select` makes).
+    Each candidate of the run (problem-major, in sampling order) becomes a `Trace`: its text and token count from
+    its problems.jsonl (`procrl.evals.selection.read_select_run`), its tail confidence from the sampler's raw (T = 1)
+    log-probs in the run's samples file (`samples.jsonl` beside them, the same log-probs `engine_traces` uses) and
+    its correctness from `is_correct` against `rows`' `answer` (the check `procrl select` makes).
 
     Args:
-        report_path: the select report (JSON) whose samples file sits next to it.
+        report_path: the select run's directory (`procrl select --output-dir`).
         rows: the report's problems in procrl's data schema, in the report's order (`question` or `prompt` is the
             problem text the judge sees; `answer` the gold).
         tail_fraction: FRS tail share (0.1).
@@ -254,16 +254,15 @@ def select_traces(
         `len(rows) * n` traces, problem by problem.
 
     Raises:
-        ValueError: the file is not a select report, its samples file is missing or holds another number of samples,
+        ValueError: the directory holds no select run, its samples file is missing or holds another number of samples,
             or the report's problems do not match `rows` (count or `problem_id`).
     """
     report_path = Path(report_path)
     try:
-        report = json.loads(report_path.read_text())
-        problems = report["problems"]
+        problems = read_select_run(report_path)["problems"]
         candidates = [c for p in problems for c in p["candidates"]]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"--traces-from {report_path}: not a readable `procrl select` report ({err})") from None
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"--traces-from {err}") from None
     if len(problems) != len(rows):
         raise ValueError(
             f"--traces-from {report_path} holds {len(problems)} problems but the data slice has {len(rows)}; "

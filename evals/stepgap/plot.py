@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from procrl.evals.figures import figure
 from procrl.evals.stepgap.intervals import CI_METRICS
 
 __all__ = ["plot_metrics"]
@@ -17,37 +18,31 @@ def plot_metrics(rows: dict[str, dict[str, Any]], path: str | Path, title: str =
     a dotted line in each panel, so ablations that hurt sit left of it.
 
     Returns:
-        `path` as a `Path` (PNG, 110 dpi).
+        `path` as a `Path` (PNG, 110 dpi; its folder created).
     """
-    import matplotlib  # optional heavy dependency: only the plot needs it
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # optional heavy dependency (see above)
-
     names = list(rows)
-    fig, axes = plt.subplots(1, len(CI_METRICS), figsize=(3.2 * len(CI_METRICS), 0.32 * len(names) + 1.4), sharey=True)
-    for ax, key in zip(axes, CI_METRICS, strict=True):
-        for y, name in enumerate(names):
-            m = rows[name]
-            if key not in m or m[key] is None:
-                continue
-            ci = (m.get("ci") or {}).get(key)
-            if ci is not None:
-                ax.hlines(y, 100 * ci[0], 100 * ci[1], color="tab:blue", alpha=0.5, linewidth=2)
-            ax.plot(100 * m[key], y, "o", color="tab:red" if name.startswith("paper") else "tab:blue", markersize=4)
-        full = rows.get("full", {}).get(key)
-        if full is not None:
-            ax.axvline(100 * full, color="grey", linestyle=":", linewidth=1)
-        ax.set_title("typed F1" if key == "typed_macro_f1" else key, fontsize=10)
-        ax.set_xlim(0, 100)
-        ax.grid(axis="x", alpha=0.3)
-    axes[0].set_yticks(range(len(names)), names, fontsize=8)
-    axes[0].invert_yaxis()
-    fig.supxlabel("percent (bars: 95% bootstrap interval over questions)", fontsize=9)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    size = (3.2 * len(CI_METRICS), 0.32 * len(names) + 1.4)
+    with figure(path, ncols=len(CI_METRICS), figsize=size, sharey=True) as (fig, axes):
+        for ax, key in zip(axes, CI_METRICS, strict=True):
+            for y, name in enumerate(names):
+                m = rows[name]
+                if key not in m or m[key] is None:
+                    continue
+                ci = (m.get("ci") or {}).get(key)
+                if ci is not None:
+                    ax.hlines(y, 100 * ci[0], 100 * ci[1], color="tab:blue", alpha=0.5, linewidth=2)
+                colour = "tab:red" if name.startswith("paper") else "tab:blue"
+                ax.plot(100 * m[key], y, "o", color=colour, markersize=4)
+            full = rows.get("full", {}).get(key)
+            if full is not None:
+                ax.axvline(100 * full, color="grey", linestyle=":", linewidth=1)
+            ax.set_title("typed F1" if key == "typed_macro_f1" else key, fontsize=10)
+            ax.set_xlim(0, 100)
+            ax.grid(axis="x", alpha=0.3)
+        axes[0].set_yticks(range(len(names)), names, fontsize=8)
+        axes[0].invert_yaxis()
+        fig.supxlabel("percent (bars: 95% bootstrap interval over questions)", fontsize=9)
+        if title:
+            fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+    return Path(path)

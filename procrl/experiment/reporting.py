@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from procrl.evals.figures import figure
 from procrl.evals.stats import format_estimate
 
 CURVE_KEYS = (
@@ -46,31 +47,23 @@ def format_table(before: list[dict], after: list[dict]) -> str:
 
 
 def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> Path:
-    """Plot reward, task accuracy and completion length against the training step into a PNG."""
-    import matplotlib  # optional heavy dependency, only for this plot: imported here, not with procrl.experiment.reporting
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after choosing the non-interactive backend
-
-    fig, axes = plt.subplots(1, len(CURVE_KEYS), figsize=(5 * len(CURVE_KEYS), 3.6))
-    for ax, (key, label) in zip(axes, CURVE_KEYS, strict=True):
-        points = [(row["step"], row[key]) for row in log_history if row.get(key) is not None and "step" in row]
-        if points:
-            steps, values = zip(*points, strict=True)
-            ax.plot(steps, values, marker="o", markersize=3)
-        else:
-            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
-        ax.set_title(label, fontsize=10)
-        ax.set_xlabel("step")
-        ax.grid(alpha=0.3)
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    """Plot reward, task accuracy and completion length against the training step into a PNG (110 dpi); a key
+    never logged gives a panel that says "not logged". Returns the path."""
+    with figure(path, ncols=len(CURVE_KEYS), figsize=(5 * len(CURVE_KEYS), 3.6)) as (fig, axes):
+        for ax, (key, label) in zip(axes, CURVE_KEYS, strict=True):
+            points = [(row["step"], row[key]) for row in log_history if row.get(key) is not None and "step" in row]
+            if points:
+                steps, values = zip(*points, strict=True)
+                ax.plot(steps, values, marker="o", markersize=3)
+            else:
+                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(label, fontsize=10)
+            ax.set_xlabel("step")
+            ax.grid(alpha=0.3)
+        if title:
+            fig.suptitle(title, fontsize=11)
+        fig.tight_layout()
+    return Path(path)
 
 
 def finish_wandb_run(summary: dict) -> str | None:

@@ -1,16 +1,18 @@
-"""Compare runs from their records (`procrl.experiment.run_records.load_runs`: run.json files and offline wandb runs): group them
-into variants (the seeds of one setting) and render a markdown table and plots against the training step.
+"""Compare runs from their records (`procrl.experiment.run_records.load_runs`: run.json files): group them into
+variants (the seeds of one setting) and render a markdown table and plots against the training step.
 
     runs = load_runs(["runs/sweeps/reward_ablation"])        # procrl.experiment.run_records
     variants = group_variants(runs)                           # one Variant per setting, its seeds as runs
     text = format_report(variants, "reward ablation", metric=sweep_metric(sweep_dir), plot="curves.png")
-    plot_curves(variants, "report/curves.png")             # procrl.experiment.run_report_plot
+    plot_curves(variants, "report/curves.png")
 
 Conventions (the report says them too): a variant's value is the mean over its FINISHED seeds, "± s" the SAMPLE
 standard deviation (n - 1 in the denominator; none for one seed), "(k/n seeds)" when only k of its n finished runs
 have the value; each seed's task accuracy comes with its Wilson 95% interval from `task/correct` and `task/n`; a
 value no run has is "–", never 0. Unfinished runs never enter a mean, std, sort or best: their values follow the
-mean one by one, marked ("0.500; s2 (failed) 0.300"). Variant names: `group_variants`."""
+mean one by one, marked ("0.500; s2 (failed) 0.300"). Variant names: `group_variants`. The figure (`plot_curves`):
+each `CURVE_PANELS` key of the runs' `history` against the step, a line per variant (mean over its seeds) with its
+min-max band over seeds."""
 
 from __future__ import annotations
 
@@ -23,20 +25,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procrl.experiment.reporting import CURVE_KEYS
-from procrl.experiment.run_records import is_number
+from procrl.evals.figures import figure
 from procrl.evals.stats import MISSING, mean_std, wilson_interval
+from procrl.evals.tables import markdown_table
+from procrl.experiment.reporting import CURVE_KEYS
 from procrl.experiment.sweeps import variant_name
+from procrl.experiment.tracking import is_number
 from procrl.utils import get_logger
 
 __all__ = [
-    "metric_columns",
     "CURVE_PANELS",
     "MISSING",
     "Variant",
     "format_report",
     "format_table",
     "group_variants",
+    "metric_columns",
+    "plot_curves",
+    "series",
 ]
 
 logger = get_logger(__name__)
@@ -191,9 +197,9 @@ def format_table(
     best = variants[0] if metric and variants and variants[0].values(metric["name"]) else None
     header = ["variant", "status", "seeds", columns[0][1], "accuracy per seed [Wilson 95%]"]
     header += [c[1] for c in columns[1:]] + ["wall time (s)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
+    rows = []
     for variant in variants:
-        cells = [_escape(variant.name), _status(variant), str(len(variant.runs))]
+        cells = [variant.name, _status(variant), str(len(variant.runs))]
         for i, (key, _, digits) in enumerate(columns):
             cell = _aggregate(variant, key, digits)
             if best is variant and key == metric["name"]:
@@ -202,8 +208,8 @@ def format_table(
             if i == 0:
                 cells.append(_per_seed_accuracy(variant))
         cells.append(_aggregate(variant, "wall_time_s", 0, from_record=True))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown_table(header, rows, align=["left"] * 3 + ["right"] * (len(header) - 3))
 
 
 def format_report(
@@ -237,26 +243,18 @@ def format_report(
             "Against the training step (`history`): the line is the mean over "
             "seeds at each step, the band the min-max over seeds.",
         ]
-    lines += [
-        "",
-        "## Runs",
-        "",
-        "| variant | seed | status | wall time (s) | commit | directory |",
-        "|---|---|---|---:|---|---|",
-    ]
+    rows = []
     for variant in variants:
         for run in variant.runs:
             git = run.get("git") or {}
             commit = (
-                (str(git.get("commit"))[:10] + ("+dirty" if git.get("dirty") else "")) if git.get("commit") else MISSING
+                (str(git.get("commit"))[:10] + ("+dirty" if git.get("dirty") else "")) if git.get("commit") else None
             )
-            wall = f"{run['wall_time_s']:.0f}" if is_number(run.get("wall_time_s")) else MISSING
-            seed = variant.seed_of(run)
+            wall = f"{run['wall_time_s']:.0f}" if is_number(run.get("wall_time_s")) else None
             status = str(run.get("status")) + (f" ({run['error']})" if run.get("error") else "")
-            lines.append(
-                f"| {_escape(variant.name)} | {MISSING if seed is None else seed} | {_escape(status)} | {wall} | "
-                f"{commit} | {_escape(_display_path(run['path']))} |"
-            )
+            rows.append([variant.name, variant.seed_of(run), status, wall, commit, _display_path(run["path"])])
+    header = ["variant", "seed", "status", "wall time (s)", "commit", "directory"]
+    lines += ["", "## Runs", "", markdown_table(header, rows, align=["left"] * 3 + ["right"] + ["left"] * 2)]
     return "\n".join(lines) + "\n"
 
 
@@ -330,5 +328,49 @@ def _display_path(path: str) -> str:
         return path
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|")
+# ----------------------------------------------------------------------------------------------------------------------
+# Curves
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def series(variant: Variant, key: str) -> list[tuple[int, float, float, float, int]]:
+    """(step, mean, min, max, n runs) of `key` at each step that some run of the variant logged it, from `history`."""
+    by_step: dict[int, list[float]] = {}
+    for run in variant.runs:
+        for row in run.get("history") or []:
+            if is_number(row.get("step")) and is_number(row.get(key)):
+                by_step.setdefault(int(row["step"]), []).append(float(row[key]))
+    return [(s, statistics.fmean(v), min(v), max(v), len(v)) for s, v in sorted(by_step.items())]
+
+
+def plot_curves(variants: Sequence[Variant], path: str | Path, title: str = "") -> Path:
+    """One PNG (110 dpi) with a panel per `CURVE_PANELS` key against the training step: a line per variant (the
+    mean over its seeds at each step) and a band from the min to the max over its seeds (where two or more logged
+    that step). A key no run logged gives a panel that says "not logged". Returns the path."""
+    with figure(path, nrows=2, ncols=2, figsize=(11, 7.5)) as (fig, axes):
+        for ax, (key, label) in zip(axes.flat, CURVE_PANELS, strict=True):
+            drawn = False
+            for index, variant in enumerate(variants):
+                points = series(variant, key)
+                if not points:
+                    continue
+                steps, means, lows, highs, _ = zip(*points, strict=True)
+                colour = f"C{index % 10}"
+                ax.plot(steps, means, marker="o", markersize=3, color=colour, label=variant.name)
+                if any(n > 1 for *_, n in points):
+                    ax.fill_between(steps, lows, highs, color=colour, alpha=0.2, linewidth=0)
+                drawn = True
+            if not drawn:
+                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes)
+            ax.set_title(label, fontsize=10)
+            ax.set_xlabel("step")
+            ax.locator_params(axis="x", integer=True)
+            ax.grid(alpha=0.3)
+        handles, labels = next(
+            (a.get_legend_handles_labels() for a in axes.flat if a.get_legend_handles_labels()[0]), ([], [])
+        )
+        if handles:
+            fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=8, frameon=False)
+        fig.suptitle((title + "\n" if title else "") + "line: mean over seeds; band: min-max over seeds", fontsize=10)
+        fig.tight_layout(rect=(0, 0.04 + 0.03 * math.ceil(len(labels) / 3), 1, 1))
+    return Path(path)

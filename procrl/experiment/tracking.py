@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 import signal
 import sys
@@ -49,7 +50,6 @@ from procrl.experiment.provenance import (
     package_versions,
     read_variant,
 )
-from procrl.experiment.run_records import is_number
 from procrl.utils import default_wandb_offline, get_logger, json_safe
 
 logger = get_logger(__name__)
@@ -66,6 +66,7 @@ __all__ = [
     "git_info",
     "history_from_log",
     "is_main_process",
+    "is_number",
     "machine_info",
     "numeric_metrics",
     "package_versions",
@@ -156,8 +157,8 @@ class TrackedRun:
     """One run's record (`track_run`). Before the `with` block ends, set `metrics` (flat {key: number}: the headline
     numbers `procrl report` and sweeps compare), `history` ([{"step": int, key: number}]), `result` (the command's
     whole JSON-able result: run.json is the one results file of a run) and `files` ({role: path} of the large
-    outputs the command wrote beside it: per-sample rows, tables, figures, checkpoints); `save()` writes an
-    intermediate record."""
+    outputs the command wrote beside it: per-sample rows, tables, figures, checkpoints; `write_rows` writes a file of
+    rows and names it); `save()` writes an intermediate record."""
 
     def __init__(self, output_dir: Path, *, command, argv, configs, report_to, name) -> None:
         self.path = output_dir / RUN_FILE
@@ -235,6 +236,21 @@ class TrackedRun:
         finally:
             self._finish_wandb(failed)
         return False  # an exception propagates
+
+    def write_rows(self, role: str, rows: Iterable[Any]) -> Path:
+        """Write `rows` (json-safe values, e.g. one dict per problem) as JSON lines to `<output_dir>/<role>.jsonl`
+        (atomically: a reader never sees half a file) and name that file in `files[role]`; returns its path. Off the
+        main process nothing is written (as for the record)."""
+        path = self.path.parent / f"{role}.jsonl"
+        self.files[role] = str(path)
+        if self.enabled:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with tmp.open("w", encoding="utf-8") as handle:
+                for row in rows:
+                    handle.write(json.dumps(json_safe(row), allow_nan=False) + "\n")
+            os.replace(tmp, path)
+        return path
 
     def save(self) -> None:
         """Write the record now (atomically; a no-op off the main process). Non-number metric values are left out
@@ -314,6 +330,16 @@ class TrackedRun:
 
 
 # -- metrics ---------------------------------------------------------------------------------------------------------
+
+
+def is_number(value: Any) -> bool:
+    """Whether `value` is a finite int or float and not a bool: the one test of what counts as a metric value in a
+    run record (this module writes them, procrl.experiment.run_records and procrl.experiment.run_report read them).
+
+    >>> [is_number(v) for v in (3, 0.5, True, float("nan"), float("inf"), "1", None)]
+    [True, True, False, False, False, False, False]
+    """
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def numeric_metrics(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

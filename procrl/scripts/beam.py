@@ -10,12 +10,12 @@ step states an answer (`extract_answer`), or it reached `--max-new-tokens`. The 
 is finished or after `--max-steps` rounds; the answer is the best finished beam by U (the best beam when none
 finished).
 
-Writes a JSON report (settings, accuracy with a 95% Wilson interval, every problem's answer and kept beams) to
-`--output` and prints the accuracy table. Problems whose gold answer cannot be parsed are left out of the accuracy
-and counted (`unparseable_gold`). The run record `run.json` (`procrl.experiment.tracking`) goes into the report's folder, with
-the metrics `beam/accuracy` (also `ci_low`, `ci_high`, `correct`, `total`, `abstained`), `beam/rounds` and
-`beam/unparseable_gold`; also to wandb with `--report-to wandb`. The library: `procrl.evals.beam_search`
-(`run_beam`).
+Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`): its `result` holds the
+settings, the accuracy with a 95% Wilson interval and the summary; its `files` name `problems.jsonl` (every
+problem's answer and kept beams, one line per problem). Problems whose gold answer cannot be parsed are left out of
+the accuracy and counted (`unparseable_gold`). The metrics: `beam/accuracy` (also `ci_low`, `ci_high`, `correct`,
+`total`, `abstained`), `beam/rounds` and `beam/unparseable_gold`; also to wandb with `--report-to wandb`. Prints the
+accuracy table. The library: `procrl.evals.beam_search` (`run_beam`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
 from procrl.evals.beam_search import BeamConfig, run_beam
 from procrl.evals.offline import format_accuracy_table
+from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
 
 
 def make_parser() -> TrlParser:
@@ -45,12 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     config, tracking = parsed
     configure_logging()
-    output_dir = Path(config.output).parent
-    with track_run(output_dir, command="beam", argv=argv, configs=parsed, report_to=tracking.report_to) as record:
+    output_dir = Path(config.output_dir)
+    with track_run(output_dir, command="beam", argv=argv, configs=parsed, report_to=tracking.report_to) as run:
         result = run_beam(config)
-        record.metrics = run_metrics(result)
+        run.write_rows("problems", result.pop("problems"))
+        run.result = result
+        run.metrics = run_metrics(result)
     print(format_accuracy_table(result["results"]))
-    print(f"report: {config.output}")
+    print("\n".join(f"{role}: {path}" for role, path in {"run": run.path, **run.files}.items()))
     return 0
 
 

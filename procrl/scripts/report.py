@@ -2,15 +2,14 @@
 
     procrl report runs/sweeps/reward_ablation_svamp              # a sweep directory: every run.json below it
     procrl report outputs/grpo_a outputs/grpo_b --output-dir report --title "PiCSAR vs outcome"
-    procrl report wandb/offline-run-20261201_200000-abcd1234      # an offline wandb run (its .wandb file is read)
     procrl report runs/sweeps/x --finished-only                   # leave out runs that did not finish
-    procrl report docs/results/picsar --metrics 'bestofn/*/acc@16,bestofn/*/auroc'   # a results folder's metrics
+    procrl report outputs/select --metrics 'bestofn/*/acc@16,bestofn/*/auroc'    # a select run's best-of-k metrics
     python -m procrl.scripts.report --config report.yaml          # a YAML of these fields; flags override it
 
-Reads each run's `run.json` (written by every procrl command, `procrl.experiment.tracking`) and offline wandb runs
-(`wandb/offline-run-*`: `procrl.experiment.run_records`), groups the runs into variants (the sweep's parameters without
-`seed`; a run without a variant is its own row) and writes into `--output-dir` (default: the sweep directory when
-one directory is given, else ./report):
+Reads each run's `run.json` (written by every procrl command, `procrl.experiment.tracking`; a run that also reported
+to wandb has the same record there), groups the runs into variants (the sweep's parameters without `seed`; a run
+without a variant is its own row) and writes into `--output-dir` (default: the sweep directory when one directory
+is given, else ./report):
 
 - `report.md`: one row per variant: status, seeds, final task accuracy as mean ± sample std over seeds, each seed's
   accuracy with its Wilson 95% interval (`task/correct` of `task/n`), accuracy before training, reward, completion
@@ -33,8 +32,7 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.experiment.run_records import load_runs, sweep_metric
-from procrl.experiment.run_report import format_report, format_table, group_variants
-from procrl.experiment.run_report_plot import plot_curves
+from procrl.experiment.run_report import format_report, format_table, group_variants, plot_curves
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,
@@ -58,7 +56,7 @@ class ReportArguments:
 
     paths: list[str] = field(
         default_factory=list,
-        metadata={"help": "run directories (with run.json), sweep directories, or wandb/offline-run-* directories"},
+        metadata={"help": "run directories (with run.json) or sweep directories (every run.json below them)"},
     )
     output_dir: str | None = field(
         default=None,
@@ -74,7 +72,7 @@ class ReportArguments:
         default="",
         metadata={
             "help": "more metric keys to show: comma-separated shell-style patterns, each matching key a column "
-            "(e.g. 'bestofn/*/acc@16,bestofn/*/auroc' for docs/results/picsar, 'frs/*' for an FRS run)"
+            "(e.g. 'bestofn/*/acc@16,bestofn/*/auroc' for procrl select --ks runs, 'frs/*' for an FRS run)"
         },
     )
 

@@ -1,6 +1,6 @@
-"""Best-of-k curves (evals/bestofn.py, bestofn_data.py, bestofn_plot.py) on hand-made select reports: the pick
-rules, every method at k == n against values computed by hand, the subsets shared by the methods and reproducible,
-the AUROC with ties, the merge of reports and its errors. The command end to end: tests/scripts/test_bestofn_command.py.
+"""Best-of-k curves (evals/bestofn.py) on hand-made `procrl select` problem rows: the pick rules, every method at
+k == n against values computed by hand, the subsets shared by the methods and reproducible, the AUROC with ties, the
+table, the figure and the metrics. The command end to end: tests/scripts/test_select_beam_commands.py.
 """
 
 from __future__ import annotations
@@ -10,19 +10,19 @@ import math
 
 import pytest
 
-from procrl.scripts.bestofn import run_metrics
-from procrl.evals.stats import MISSING
 from procrl.evals.bestofn import (
     Samples,
     bestofn_curves,
     bestofn_table,
+    curve_metrics,
     draw_subsets,
-    load_reports,
-    pairwise_auroc,
+    parse_ks,
     pick_argmax,
     pick_majority,
     plot_bestofn,
+    samples_from_problems,
 )
+from procrl.evals.stats import MISSING
 
 # (extracted, correct, num_tokens, score_pum, score_picsar) per candidate; problem "d" has an unparseable gold
 ROWS = {
@@ -34,8 +34,9 @@ ROWS = {
 GREEDY = {"a": True, "b": False, "c": True}
 
 
-def report(columns=("pum", "picsar"), greedy=True, rows=ROWS) -> dict:
-    problems = []
+def problems(columns=("pum", "picsar"), greedy=True, rows=ROWS) -> list[dict]:
+    """Problem rows as `run_select` returns them (`problems`)."""
+    out = []
     for pid, cands in rows.items():
         candidates = []
         for i, (extracted, correct, tokens, pum, picsar) in enumerate(cands):
@@ -45,18 +46,13 @@ def report(columns=("pum", "picsar"), greedy=True, rows=ROWS) -> dict:
         row = {"problem_id": pid, "answer": "x", "candidates": candidates, "picks": {}}
         if greedy and pid in GREEDY:
             row["greedy"] = {"text": f"{pid}-g", "extracted": "1", "correct": GREEDY[pid]}
-        problems.append(row)
-    return {"command": "select", "results": {}, "problems": problems}
-
-
-def write(path, data) -> str:
-    path.write_text(json.dumps(data))
-    return str(path)
+        out.append(row)
+    return out
 
 
 @pytest.fixture()
-def samples(tmp_path) -> Samples:
-    return load_reports([write(tmp_path / "r.json", report())])
+def samples() -> Samples:
+    return samples_from_problems(problems(), 4)
 
 
 def at(result, method, k) -> float:
@@ -92,11 +88,11 @@ def test_pick_argmax(values, expected):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Loading
+# The samples
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_load_leaves_out_unparseable_gold_and_reads_columns(samples):
+def test_samples_leave_out_unparseable_gold_and_read_columns(samples):
     assert samples.n == 4 and samples.unparseable_gold == 1
     assert [p.problem_id for p in samples.problems] == ["a", "b", "c"]
     assert samples.score_names == ["pum", "picsar"]
@@ -104,91 +100,32 @@ def test_load_leaves_out_unparseable_gold_and_reads_columns(samples):
     assert [p.greedy for p in samples.problems] == [True, False, True]
 
 
-def test_non_finite_scores_are_none_and_baseline_names_are_kept_apart(tmp_path):
-    data = report(columns=("pum",))
-    data["problems"][0]["candidates"][0]["score_pum"] = math.inf
-    for c in data["problems"][1]["candidates"]:
+def test_non_finite_scores_are_none_and_baseline_names_are_kept_apart():
+    rows = problems(columns=("pum",))
+    rows[0]["candidates"][0]["score_pum"] = math.inf
+    for c in rows[1]["candidates"]:
         c["score_majority"] = 1.0
-    samples = load_reports([write(tmp_path / "r.json", data)])
+    samples = samples_from_problems(rows, 4)
     assert samples.problems[0].scores["pum"][0] is None
     assert samples.score_names == ["pum", "score_majority"]  # not the majority vote's row
     assert samples.problems[0].scores["score_majority"] == [None] * 4  # a column a problem lacks: unscored
 
 
-def test_merge_two_reports_over_the_same_samples(tmp_path):
-    one = write(tmp_path / "pum.json", report(columns=("pum",), greedy=False))
-    two = report(columns=("picsar", "pum"))
-    two["problems"][0]["candidates"][0]["score_pum"] += 1e-7  # within the tolerance
-    merged = load_reports([one, write(tmp_path / "picsar.json", two)])
-    assert merged.score_names == ["pum", "picsar"]
-    assert merged.problems[1].scores["picsar"] == [None, -1.0, None, -2.0]
-    assert [p.greedy for p in merged.problems] == [True, False, True]  # from the second report
-    assert merged.reports == [one, str(tmp_path / "picsar.json")]
+def test_samples_need_n_candidates_per_problem_and_may_hold_no_problem():
+    rows = problems()
+    rows[0]["candidates"].pop()
+    with pytest.raises(ValueError, match="problem 'a' has 3 candidates, expected n = 4"):
+        samples_from_problems(rows, 4)
+    only_unparseable = samples_from_problems(problems(rows={"d": ROWS["d"]}), 4)
+    assert (only_unparseable.problems, only_unparseable.unparseable_gold) == ([], 1)
 
 
-def edit_problem_id(d):
-    d["problems"][1]["problem_id"] = "z"
-
-
-def edit_text(d):
-    d["problems"][2]["candidates"][3]["text"] = "other"
-
-
-def edit_score(d):
-    d["problems"][0]["candidates"][1]["score_pum"] = 0.9 + 1e-5
-
-
-def edit_unscored(d):
-    d["problems"][0]["candidates"][2]["score_pum"] = 0.5
-
-
-def edit_count(d):
-    del d["problems"][3]
-
-
-def edit_correct(d):
-    d["problems"][0]["candidates"][0]["correct"] = True
-
-
-@pytest.mark.parametrize(
-    ("edit", "message"),
-    [
-        (edit_problem_id, "problem 1 is 'z', in"),
-        (edit_text, "problem 'c' candidate 3: its text differs"),
-        (edit_score, "problem 'a' candidate 1: score_pum"),
-        (edit_unscored, "problem 'a' candidate 2: score_pum = 0.5, None"),  # scored in one, None in the other
-        (edit_count, "has 3 problems"),
-        (edit_correct, "problem 'a' candidate 0: correct = True"),
-    ],
-)
-def test_merge_errors_name_the_first_difference(tmp_path, edit, message):
-    other = report()
-    edit(other)
-    with pytest.raises(ValueError, match=message):
-        load_reports([write(tmp_path / "a.json", report()), write(tmp_path / "b.json", other)])
-
-
-def test_bad_reports(tmp_path):
-    with pytest.raises(FileNotFoundError, match="missing.json"):
-        load_reports([str(tmp_path / "missing.json")])
-    (tmp_path / "t.json").write_text("{")
-    with pytest.raises(ValueError, match="not JSON"):
-        load_reports([str(tmp_path / "t.json")])
-    with pytest.raises(ValueError, match="not a procrl select report"):
-        load_reports([write(tmp_path / "run.json", {"command": "select", "metrics": {}})])
-    no_tokens = {"problems": [{"candidates": [{"text": "", "extracted": None, "correct": True}]}]}
-    with pytest.raises(ValueError, match="lacks \\['num_tokens'\\]"):
-        load_reports([write(tmp_path / "c.json", no_tokens)])
-    with pytest.raises(ValueError, match="a 'frs' report"):
-        load_reports([write(tmp_path / "f.json", {**report(), "command": "frs"})])
-    uneven = report()
-    uneven["problems"][0]["candidates"].pop()
-    with pytest.raises(ValueError, match="different numbers of candidates"):
-        load_reports([write(tmp_path / "u.json", uneven)])
-    with pytest.raises(ValueError, match="no problem with a parseable gold"):
-        load_reports([write(tmp_path / "d.json", report(rows={"d": ROWS["d"]}))])
-    with pytest.raises(ValueError, match="at least one"):
-        load_reports([])
+def test_parse_ks():
+    assert parse_ks("8, 2,2") == [2, 8] and parse_ks("") == [] and parse_ks(" , ") == []
+    with pytest.raises(ValueError, match="comma-separated integers"):
+        parse_ks("1,two")
+    with pytest.raises(ValueError, match="every k must be >= 1"):
+        parse_ks("0,2")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -215,23 +152,16 @@ def test_every_method_at_k_equal_n_by_hand(samples):
     low, high = result["curves"]["majority"][0]["ci_low"], result["curves"]["majority"][0]["ci_high"]
     assert 0.0 <= low <= 1 / 3 <= high <= 1.0
     assert result["problems"] == 3 and result["unparseable_gold"] == 1 and result["problem_ids"] == ["a", "b", "c"]
-    assert result["settings"] == {
-        "ks": [4],
-        "subsets": 8,
-        "seed": 0,
-        "resamples": 200,
-        "n": 4,
-        "reports": samples.reports,
-    }
+    assert result["settings"] == {"ks": [4], "subsets": 8, "seed": 0, "resamples": 200, "n": 4}
     json.dumps(result)  # json-safe
 
 
-def test_majority_counts_answers_not_spellings(tmp_path):
+def test_majority_counts_answers_not_spellings():
     # gold 1/2: the outcome check grades \frac{1}{2}, 0.5 and 1/2 correct and 3 wrong. Voting by answer, 1/2 has
     # 3 of 5 votes, so majority@5 picks a correct sample: 1.0 (counting strings, "3" would win 2:1:1:1 -> 0.0).
     answers = [r"\frac{1}{2}", "0.5", "1/2", "3", "3"]
     rows = {"half": [(a, a != "3", 10, None, None) for a in answers]}
-    samples = load_reports([write(tmp_path / "r.json", report(columns=(), greedy=False, rows=rows))])
+    samples = samples_from_problems(problems(columns=(), greedy=False, rows=rows), 5)
     result = bestofn_curves(samples, [5], subsets=1, resamples=10)
     assert result["per_problem"]["majority"]["5"] == [1.0]
     assert at(result, "random", 5) == pytest.approx(3 / 5)  # the same samples: 3 of 5 correct
@@ -286,10 +216,10 @@ def test_bad_ks(samples):
         bestofn_curves(samples, [])
 
 
-def test_no_greedy_row_unless_every_problem_has_one(tmp_path):
-    data = report()
-    del data["problems"][1]["greedy"]
-    result = bestofn_curves(load_reports([write(tmp_path / "r.json", data)]), [4], resamples=20)
+def test_no_greedy_row_unless_every_problem_has_one():
+    rows = problems()
+    del rows[1]["greedy"]
+    result = bestofn_curves(samples_from_problems(rows, 4), [4], resamples=20)
     assert "greedy" not in result["methods"]
 
 
@@ -309,8 +239,11 @@ def test_no_greedy_row_unless_every_problem_has_one(tmp_path):
         ([1.0, 2.0], [False, False], None),
     ],
 )
-def test_pairwise_auroc(scores, correct, expected):
-    assert pairwise_auroc(scores, correct) == (None if expected is None else pytest.approx(expected))
+def test_one_problems_auroc_leaves_unscored_candidates_out(scores, correct, expected):
+    rows = {"p": [("1", c, 1, s, None) for s, c in zip(scores, correct, strict=True)]}
+    auroc = bestofn_curves(samples_from_problems(problems(("pum",), rows=rows), len(scores)), [1])["auroc"]["pum"]
+    assert auroc["auroc"] == (None if expected is None else pytest.approx(expected))
+    assert auroc["problems"] == (0 if expected is None else 1)
 
 
 def test_score_auroc_over_problems(samples):
@@ -346,7 +279,7 @@ def test_table_and_plot(samples, tmp_path):
 
 def test_no_problem_gives_undefined_points_not_zero(tmp_path):
     # every problem left out (unparseable gold): nothing to average at any k
-    empty = Samples(problems=[], n=4, unparseable_gold=2, reports=["r.json"])
+    empty = Samples(problems=[], n=4, unparseable_gold=2)
     result = bestofn_curves(empty, [1, 4], subsets=8, resamples=50)
     assert result["problems"] == 0 and result["methods"] == ["random", "majority", "longest", "pass@k"]  # no greedy
     undefined = [{"k": 1, "accuracy": None, "ci_low": None, "ci_high": None}, {"k": 4, "accuracy": None,
@@ -356,11 +289,4 @@ def test_no_problem_gives_undefined_points_not_zero(tmp_path):
     assert f"| random | {MISSING} | {MISSING} |" in bestofn_table(result).splitlines()
     assert plot_bestofn(result, tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"  # nothing drawn, no crash
     # the run record keeps the counts and leaves the undefined values out
-    assert run_metrics(result) == {"bestofn/problems": 0, "bestofn/unparseable_gold": 2}
-
-
-def test_a_candidate_without_an_integer_num_tokens_is_refused(tmp_path):
-    bad = report()
-    bad["problems"][0]["candidates"][1]["num_tokens"] = None
-    with pytest.raises(ValueError, match="integer num_tokens"):
-        load_reports([write(tmp_path / "r.json", bad)])
+    assert curve_metrics(result) == {"bestofn/problems": 0, "bestofn/unparseable_gold": 2}

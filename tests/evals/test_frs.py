@@ -29,7 +29,6 @@ from procrl.evals.frs import (
     expected_scores,
     judge_messages,
     kept_count,
-    mann_whitney_auc,
     plan_judging,
     rank_by_confidence,
     reasoning_score,
@@ -708,23 +707,6 @@ def test_frs_without_the_flag_sends_no_flag():
     shown = scripted_judge()
     assert compute_frs(build_traces(), shown, FRSConfig(), progress=False).judge_sees_correctness is True
     assert all('{"final_correct": ' in m[-1]["content"] for m in shown.requests)
-
-
-@pytest.mark.parametrize(
-    "positives, negatives, auc",
-    [
-        ([3, 2], [1, 2], 0.875),  # 3>1, 3>2, 2>1, 2=2 -> 3.5 / 4
-        ([0.8, 0.4, 0.4], [0.4, 0.1], 5 / 6),  # wins .8>.4 .8>.1 .4>.1 .4>.1, ties .4=.4 twice -> 5 / 6
-        ([50.0] * 3, [50.0] * 2, 0.5),  # a constant judge carries no information
-        ([100, 75], [25, 0], 1.0),
-        ([0], [25, 50], 0.0),
-        ([], [1.0], None),
-        ([1.0], [], None),
-    ],
-)
-def test_mann_whitney_auc_by_hand(positives, negatives, auc):
-    got = mann_whitney_auc(positives, negatives)
-    assert got == (None if auc is None else pytest.approx(auc))
 
 
 def test_rs_auc_over_scored_traces_with_a_known_answer():

@@ -35,22 +35,17 @@ def _write_report(tmp_path, *, problem_ids=None, n_samples=4):
         [f"The answer is {rows[0]['answer']}.", "The answer is -1."],
         ["I give up.", f"Thus the answer is {rows[1]['answer']}."],
     ]
-    report = {
-        "command": "procrl select",
-        "settings": SETTINGS,
-        "problems": [
-            {
-                "problem_id": pid,
-                "answer": row["answer"],
-                "candidates": [{"text": t, "num_tokens": 20} for t in group],
-            }  # fmt: skip
-            for pid, row, group in zip(ids, rows, texts, strict=True)
-        ],
-    }
-    path = tmp_path / "sel.json"
-    path.write_text(json.dumps(report))
+    problems = [
+        {"problem_id": pid, "answer": row["answer"], "candidates": [{"text": t, "num_tokens": 20} for t in group]}
+        for pid, row, group in zip(ids, rows, texts, strict=True)
+    ]
+    path = tmp_path / "sel"  # a select run's directory: run.json, problems.jsonl, samples.jsonl
+    path.mkdir()
+    record = {"command": "select", "status": "finished", "result": {"command": "select", "settings": SETTINGS}}
+    (path / "run.json").write_text(json.dumps(record))
+    (path / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
     lines = [{"settings": {"engine": "vllm:test-engine"}}] + [{"ids": [1] * 20, "logps": lp} for lp in LOGPS]
-    (tmp_path / "sel.samples.jsonl").write_text("\n".join(json.dumps(x) for x in lines[: 1 + n_samples]) + "\n")
+    (path / "samples.jsonl").write_text("\n".join(json.dumps(x) for x in lines[: 1 + n_samples]) + "\n")
     return path, rows
 
 
@@ -102,9 +97,10 @@ def test_select_traces_refuse_a_missing_samples_file_and_another_slice(tmp_path)
     path, rows = _write_report(tmp_path)
     with pytest.raises(ValueError, match="data slice has 1"):
         select_traces(path, rows[:1])
-    (tmp_path / "sel.samples.jsonl").unlink()
+    (path / "samples.jsonl").unlink()
     with pytest.raises(ValueError, match="samples file .* is missing"):
         select_traces(path, rows)
-    (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(ValueError, match="not a readable `procrl select` report"):
-        select_traces(tmp_path / "bad.json", rows)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "run.json").write_text('{"command": "frs", "status": "finished"}')
+    with pytest.raises(ValueError, match="not a readable `procrl select` run .*not a finished select run"):
+        select_traces(tmp_path / "bad", rows)

@@ -69,14 +69,14 @@ def _assert_raw_logprobs(model, prompt_ids, ids, logps):
 
 
 def test_select_on_vllm_keys_its_samples_on_the_engine(tmp_path, shared_engine, hf_policy):
-    out = tmp_path / "select.json"
     config = SelectConfig(
-        **SLICE, scorer="picsar,majority,random", n=2, max_new_tokens=8, generation_backend="vllm", output=str(out)
-    )
+        **SLICE, scorer="picsar,majority,random", n=2, max_new_tokens=8, generation_backend="vllm",
+        output_dir=str(tmp_path),
+    )  # fmt: skip
     report = run_select(config)
     assert shared_engine == [1] and report["settings"]["generation_backend"] == "vllm"
     assert set(report["results"]) == {"picsar", "majority", "random", "pass@2 (oracle)"}
-    lines = (tmp_path / "select.samples.jsonl").read_text().splitlines()
+    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
     key = json.loads(lines[0])["settings"]
     assert key["engine"].startswith("vllm:") and len(lines) == 1 + 4
     samples = [json.loads(line) for line in lines[1:]]
@@ -92,7 +92,7 @@ def test_select_on_vllm_keys_its_samples_on_the_engine(tmp_path, shared_engine, 
     assert run_select(config)["samples"]["from_cache"] is True and shared_engine == [1]
     again = run_select(replace(config, generation_backend="transformers", device="cpu"))
     assert again["samples"]["from_cache"] is False and shared_engine == [1]
-    assert json.loads((tmp_path / "select.samples.jsonl").read_text().splitlines()[0])["settings"]["engine"].startswith(
+    assert json.loads((tmp_path / "samples.jsonl").read_text().splitlines()[0])["settings"]["engine"].startswith(
         "transformers:"
     )
 
@@ -125,7 +125,7 @@ def test_beam_on_vllm(tmp_path, shared_engine, tiny_pum_factory, smollm2_tokeniz
     smollm2_tokenizer.save_pretrained(pum)
     config = BeamConfig(
         **SLICE, pum=str(pum), beams=2, expand=2, max_steps=2, max_step_tokens=8, max_new_tokens=16,
-        generation_backend="vllm", device="cpu", output=str(tmp_path / "beam.json"),
+        generation_backend="vllm", device="cpu", output_dir=str(tmp_path / "beam"),
     )  # fmt: skip
     report = run_beam(config)
     assert 1 <= report["summary"]["rounds"] <= 2 and len(shared_engine) >= report["summary"]["rounds"]

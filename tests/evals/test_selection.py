@@ -307,11 +307,9 @@ class FakeEngine:
 def test_greedy_decodes_are_cached_apart_from_the_samples(tokenizer, tmp_path):
     engine = FakeEngine(tokenizer)
     s = _setup(tokenizer, engine=engine, prompt_ids=[[10, 5, 6], [11, 7]])
-    samples_path, greedy_path = cache_paths(tmp_path / "sel.json")
-    assert (samples_path.name, greedy_path.name) == ("sel.samples.jsonl", "sel.greedy.jsonl")
-    config = _config(
-        scorer="random", n=2, batch_size=1, max_new_tokens=7, greedy=True, output=str(tmp_path / "sel.json")
-    )
+    samples_path, greedy_path = cache_paths(tmp_path)
+    assert (samples_path, greedy_path) == (tmp_path / "samples.jsonl", tmp_path / "greedy.jsonl")
+    config = _config(scorer="random", n=2, batch_size=1, max_new_tokens=7, greedy=True, output_dir=str(tmp_path))
     ids, from_cache = _greedy(config, s, greedy_path)
     assert not from_cache and greedy_path.is_file() and not samples_path.exists()
     assert [(n, p.temperature, p.max_new_tokens) for n, p, _ in engine.calls] == [(1, 0.0, 7), (1, 0.0, 7)]

@@ -1,31 +1,27 @@
-"""procrl.experiment.run_records (run.json and offline wandb runs) and procrl.experiment.run_report (variants, table, plots) on hand-written
-records: grouping by parameters without the seed, mean ± sample std and Wilson intervals against hand-computed
-values, "–" for what was not measured, unfinished runs marked, the `.wandb` log format (hand-written and written by
-wandb itself), the plots written."""
+"""procrl.experiment.run_records (run.json files) and procrl.experiment.run_report (variants, table, plots) on
+hand-written records: grouping by parameters without the seed, mean ± sample std and Wilson intervals against
+hand-computed values, "–" for what was not measured, unfinished runs marked, the plots written. The statistics
+themselves: tests/evals/test_stats.py."""
 
 from __future__ import annotations
 
 import json
 import math
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
-from wandb_service import owned_wandb_service  # tests/helpers
 
-from procrl.experiment.run_records import is_number, load_runs, load_wandb_run, read_wandb_records, sweep_metric
+from procrl.experiment.run_records import load_runs, sweep_metric
 from procrl.experiment.run_report import (
     MISSING,
     format_report,
     format_table,
     group_variants,
-    mean_std,
     metric_columns,
-    wilson_interval,
+    plot_curves,
+    series,
 )
-from procrl.experiment.run_report_plot import plot_curves, series
-from procrl.evals.accuracy import wilson_interval as trainer_wilson_interval
+from procrl.experiment.tracking import is_number
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Fixtures: run records as procrl.experiment.tracking writes them (schema version 1)
@@ -65,52 +61,12 @@ def table_rows(markdown: str) -> list[dict[str, str]]:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Statistics
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def _wilson_closed_form(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
-    # the other textbook form: (2k + z² ± z·sqrt(z² + 4k(n-k)/n)) / (2(n + z²))
-    root = z * math.sqrt(z * z + 4 * k * (n - k) / n)
-    return (2 * k + z * z - root) / (2 * (n + z * z)), (2 * k + z * z + root) / (2 * (n + z * z))
-
-
-def test_wilson_interval_of_7_of_20_by_hand():
-    low, high = wilson_interval(7, 20)
-    assert low == pytest.approx(0.181192, abs=1e-5) and high == pytest.approx(0.567146, abs=1e-5)
-    assert (low, high) == pytest.approx(_wilson_closed_form(7, 20), abs=1e-12)
-
-
-@pytest.mark.parametrize("k,n", [(0, 10), (10, 10), (1, 3), (50, 100), (7, 20), (0, 1)])
-def test_wilson_interval_matches_closed_form_and_the_trainers_helper(k, n):
-    low, high = wilson_interval(k, n)
-    expected = _wilson_closed_form(k, n)
-    assert low == pytest.approx(max(0.0, expected[0]), abs=1e-12) and high == pytest.approx(min(1.0, expected[1]))
-    assert trainer_wilson_interval is wilson_interval  # one helper, re-exported by the trainers layer
-    assert 0.0 <= low <= k / n + 1e-12 and k / n - 1e-12 <= high <= 1.0
-
-
-def test_wilson_interval_of_no_trials_is_none():
-    # 0/0: the proportion is undefined, so there is no interval (not (0, 1), not (0, 0))
-    assert wilson_interval(0, 0) is None
-
-
-def test_mean_std_is_the_sample_std():
-    mean, std = mean_std([1.0, 2.0, 4.0])
-    # mean 7/3; squared deviations 16/9 + 1/9 + 25/9 = 42/9, over n - 1 = 2: 7/3 (population: 14/9)
-    assert mean == pytest.approx(7 / 3) and std == pytest.approx(math.sqrt(7 / 3))
-    assert mean_std([0.35, 0.45])[1] == pytest.approx(0.1 / math.sqrt(2))  # population std would be 0.05
-    assert mean_std([0.5]) == (0.5, None)  # no spread from one seed
-    assert mean_std([]) == (None, None)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 # Grouping
 # ----------------------------------------------------------------------------------------------------------------------
 
 
 def _run(path: str, **kwargs) -> dict:
-    return {**make_record(**kwargs), "path": path, "source": "run.json"}
+    return {**make_record(**kwargs), "path": path}
 
 
 def test_group_by_parameters_without_seed():
@@ -287,6 +243,8 @@ def test_report_lists_every_run_and_the_conventions():
     text = format_report(group_variants(runs), "T", plot="curves.png")
     assert text.startswith("# T\n") and "![curves](curves.png)" in text and "sample standard deviation" in text
     assert "| r=a | 3 | failed (RuntimeError: boom) | 12 | 0123456789 | a |" in text
+    runs[0]["error"] = "ValueError: a|b"  # a pipe in a cell is escaped, so the row keeps its columns
+    assert "| failed (ValueError: a\\|b) |" in format_report(group_variants(runs), "T")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -299,7 +257,6 @@ def test_load_runs_finds_every_run_json_below_a_directory(tmp_path):
     write_run(tmp_path / "sweep" / "deep" / "v2", make_record(parameters={"r": "a"}, seed=2, status="running"))
     runs = load_runs([tmp_path / "sweep", tmp_path / "sweep" / "v1"])  # v1 twice: read once
     assert sorted(Path(r["path"]).name for r in runs) == ["v1", "v2"]
-    assert all(r["source"] == "run.json" for r in runs)
     finished = load_runs([tmp_path / "sweep"], include_unfinished=False)
     assert [Path(r["path"]).name for r in finished] == ["v1"]
     assert [Path(r["path"]).name for r in load_runs([tmp_path / "sweep" / "v1" / "run.json"])] == ["v1"]
@@ -308,6 +265,9 @@ def test_load_runs_finds_every_run_json_below_a_directory(tmp_path):
 def test_load_runs_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_runs([tmp_path / "nope"])
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="is not a run.json"):
+        load_runs([tmp_path / "notes.txt"])
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no run.json"):
         load_runs([tmp_path / "empty"])
@@ -346,131 +306,6 @@ def test_sweep_metric(tmp_path):
     # what procrl sweep writes: the sweep's name under "sweep", its metric (or null) at the top
     (tmp_path / "sweep.json").write_text(json.dumps({"sweep": "abl", "method": "grid", "metric": None, "variants": []}))
     assert sweep_metric(tmp_path) is None
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Offline wandb runs: the .wandb log format
-# ----------------------------------------------------------------------------------------------------------------------
-
-
-def _write_wandb_log(path: Path, messages: list[bytes], block: int = 32768) -> None:
-    """A .wandb file as the leveldb-log writer lays it out (header, 32 KiB blocks, FULL / FIRST MIDDLE* LAST)."""
-    out = bytearray(struct.pack("<4sHB", b":W&B", 0xBEE1, 0))
-
-    def record(kind: int, data: bytes) -> None:
-        out.extend(struct.pack("<IHB", zlib.crc32(data, zlib.crc32(bytes([kind]))), len(data), kind) + data)
-
-    for data in messages:
-        if block - len(out) % block < 7:
-            out.extend(b"\0" * (block - len(out) % block))
-        room = block - len(out) % block - 7
-        if len(data) <= room:
-            record(1, data)
-            continue
-        record(2, data[:room])
-        data = data[room:]
-        while len(data) > block - 7:
-            record(3, data[: block - 7])
-            data = data[block - 7 :]
-        record(4, data)
-    path.write_bytes(bytes(out))
-
-
-def _records():
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    run = pb.Record()
-    run.run.run_id = "abc"
-    item = run.run.config.update.add()
-    item.key, item.value_json = "procrl", json.dumps({"command": "train-grpo", "config": {"GRPOConfig": {"lr": 1}},
-                                                      "variant": {"sweep": "s", "name": "r=a,seed=1",
-                                                                  "parameters": {"r": "a", "seed": 1}, "seed": 1}})  # fmt: skip
-    big = pb.Record()  # a config entry longer than a 32 KiB block: FIRST, MIDDLE, LAST
-    item = big.config.update.add()
-    item.key, item.value_json = "notes", json.dumps("x" * 70000)
-    rows = []
-    for step in range(3):  # transformers' WandbCallback keys: train/<key> and train/global_step
-        history = pb.Record()
-        for key, value in (("train/global_step", step * 5), ("train/reward", 0.5 * step), ("_step", step)):
-            entry = history.history.item.add()
-            entry.key, entry.value_json = key, json.dumps(value)
-        typed = history.history.item.add()  # newer wandb: a typed value instead of JSON
-        typed.nested_key.append("task/accuracy")
-        typed.number = 0.25 * step
-        rows.append(history)
-    summary = pb.Record()
-    for key, value in (("train/reward", 1.0), ("task/correct", 7), ("_runtime", 12.5), ("text", "hi")):
-        entry = summary.summary.update.add()
-        entry.key, entry.value_json = key, json.dumps(value)
-    exit_record = pb.Record()
-    exit_record.exit.exit_code = 0
-    return [run, big, *rows, summary, exit_record]
-
-
-def test_wandb_log_read_back(tmp_path):
-    run_dir = tmp_path / "wandb" / "offline-run-20261201_000000-abc"
-    run_dir.mkdir(parents=True)
-    messages = [r.SerializeToString() for r in _records()]
-    _write_wandb_log(run_dir / "run-abc.wandb", messages)
-    assert [r.SerializeToString() for r in read_wandb_records(run_dir / "run-abc.wandb")] == messages
-    record = load_wandb_run(run_dir)
-    assert record["status"] == "finished" and record["wall_time_s"] == 12.5 and record["command"] == "train-grpo"
-    assert record["config"]["GRPOConfig"] == {"lr": 1} and record["config"]["wandb"] == {"notes": "x" * 70000}
-    assert record["variant"]["parameters"] == {"r": "a", "seed": 1}
-    assert record["metrics"] == {"reward": 1.0, "task/correct": 7}  # train/ prefix off; `_...` and text left out
-    assert record["history"] == [{"step": 5 * s, "reward": 0.5 * s, "task/accuracy": 0.25 * s} for s in range(3)]
-    assert [r["path"] for r in load_runs([tmp_path])] == [str(run_dir)]  # found below a directory
-
-
-def test_wandb_log_cut_off_or_corrupt(tmp_path, caplog):
-    messages = [r.SerializeToString() for r in _records()]
-    file = tmp_path / "run-abc.wandb"
-    _write_wandb_log(file, messages)
-    data = file.read_bytes()
-    file.write_bytes(data[:-3])  # the exit record cut off: a killed run
-    assert len(list(read_wandb_records(file))) == len(messages) - 1 and "incomplete" in caplog.text
-    assert load_wandb_run(tmp_path)["status"] == "running"
-    corrupt = bytearray(data)
-    corrupt[20] ^= 0xFF  # a byte of the first record's data
-    file.write_bytes(bytes(corrupt))
-    with pytest.raises(ValueError, match="corrupt record"):
-        list(read_wandb_records(file))
-    file.write_bytes(b"PK\3\4" + data[4:])
-    with pytest.raises(ValueError, match="not a wandb run log"):
-        list(read_wandb_records(file))
-
-
-def test_wandb_run_inside_a_recorded_run_dir_is_not_counted_twice(tmp_path):
-    run_dir = write_run(tmp_path / "v1", make_record(parameters={"r": "a"}, seed=1))
-    wandb_dir = run_dir / "wandb" / "offline-run-20261201_000000-abc"
-    wandb_dir.mkdir(parents=True)
-    _write_wandb_log(wandb_dir / "run-abc.wandb", [r.SerializeToString() for r in _records()])
-    assert [r["source"] for r in load_runs([tmp_path])] == ["run.json"]
-
-
-@pytest.mark.slow  # wandb starts its wandb-core process
-def test_wandb_offline_run_written_by_wandb_read_back(tmp_path, monkeypatch):
-    import wandb
-
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_SILENT", "true")
-    logged = [{"reward": 0.1 * s, "task/accuracy": s / 4, "completions/mean_length": 100 + s} for s in range(4)]
-    # wandb-core writes the .wandb file and closes it only after run.finish() returned: the file is read once that
-    # process has exited (tests/helpers/wandb_service.py says why, with wandb's sources)
-    with owned_wandb_service(monkeypatch):
-        run = wandb.init(mode="offline", dir=str(tmp_path), project="procrl-test", config={"lr": 0.5, "name": "x"})
-        for step, row in enumerate(logged):
-            run.log(row, step=step)
-        run.summary["task/correct"] = 7
-        run.finish()
-    (run_dir,) = (tmp_path / "wandb").glob("offline-run-*")
-    record = load_wandb_run(run_dir)
-    assert record["status"] == "finished" and record["source"] == "wandb"
-    assert record["config"] == {"wandb": {"lr": 0.5, "name": "x"}}
-    assert [row["step"] for row in record["history"]] == [0, 1, 2, 3]
-    for got, want in zip(record["history"], logged, strict=True):
-        assert {k: got[k] for k in want} == pytest.approx(want)
-    assert record["metrics"] == pytest.approx({**logged[-1], "task/correct": 7})
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ import logging
 import math
 import os
 import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from wandb_service import owned_wandb_service  # tests/helpers
+from wandb_service import owned_wandb_service, wandb_records, wandb_summary  # tests/helpers
 
 from procrl.experiment import provenance, tracking
 from procrl.experiment.tracking import (
@@ -75,6 +74,15 @@ def test_save_writes_an_intermediate_record(tmp_path):
         run.save()
         assert read(tmp_path)["metrics"] == {"select/majority/accuracy": 0.25}
         assert read(tmp_path)["status"] == "running"
+
+
+def test_write_rows_writes_json_lines_and_names_the_file(tmp_path):
+    with track_run(tmp_path, command="select", argv=[]) as run:
+        path = run.write_rows("problems", ({"id": i, "score": v} for i, v in enumerate([0.5, float("nan")])))
+    assert path == tmp_path / "problems.jsonl" and read(tmp_path)["files"] == {"problems": str(path)}
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows == [{"id": 0, "score": 0.5}, {"id": 1, "score": None}]  # NaN is not JSON
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["problems.jsonl", RUN_FILE]  # no temporary file left
 
 
 def test_the_result_and_the_files_it_names_are_in_run_json(tmp_path):
@@ -369,36 +377,6 @@ def test_tracking_arguments():
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def wandb_records(run_dir: Path) -> list:
-    """The records of an offline run's .wandb file (a LevelDB-style log of `wandb_internal_pb2.Record`: a 7-byte
-    ":W&B" header, 32 KiB blocks, records with a 7-byte crc/length/type header, types full/first/middle/last)."""
-    from wandb.proto import wandb_internal_pb2
-
-    (path,) = run_dir.glob("wandb/offline-run-*/run-*.wandb")
-    data = path.read_bytes()
-    assert data[:4] == b":W&B"
-    pos, block, payloads, pending = 7, 32768, [], b""
-    while pos + 7 <= len(data):
-        if block - pos % block < 7:  # a block's tail too short for a header is padding
-            pos += block - pos % block
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
-        payload, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
-        if kind == 1:
-            payloads.append(payload)
-        elif kind in (2, 3):
-            pending += payload
-        elif kind == 4:
-            payloads.append(pending + payload)
-            pending = b""
-    records = []
-    for payload in payloads:
-        record = wandb_internal_pb2.Record()
-        record.ParseFromString(payload)
-        records.append(record)
-    return records
-
-
 @pytest.mark.slow  # starts wandb's service process (seconds; a minute on a loaded machine)
 def test_wandb_offline_run_holds_the_record(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
@@ -412,12 +390,7 @@ def test_wandb_offline_run_holds_the_record(tmp_path, monkeypatch):
             run.metrics = {"frs/score": 42.5, "frs/judged": 3}
         assert read(tmp_path)["status"] == "finished"
     records = wandb_records(tmp_path)
-    summary = {
-        item.key: json.loads(item.value_json)
-        for r in records
-        if r.WhichOneof("record_type") == "summary"
-        for item in r.summary.update
-    }
+    summary = wandb_summary(records)
     kinds = [r.WhichOneof("record_type") for r in records]
     assert summary.get("frs/score") == 42.5 and summary.get("frs/judged") == 3, kinds
     (start,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]

@@ -26,8 +26,11 @@ before it is complete (wandb 0.31):
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 WANDB_SERVICE_ENV = "WANDB_SERVICE"  # wandb/env.py: SERVICE, the service token a child process would connect with
 
@@ -50,3 +53,45 @@ def owned_wandb_service(monkeypatch) -> Iterator[None]:
     wandb.teardown()
     # Teardown clears the token only where it owns the service, just before joining it (see the module doc).
     assert WANDB_SERVICE_ENV not in os.environ, "wandb.teardown() did not join the service: the runs may be unwritten"
+
+
+def wandb_records(directory: str | Path) -> list:
+    """The records of the one offline run's .wandb file below `directory` (a LevelDB-style log of
+    `wandb_internal_pb2.Record`: a 7-byte ":W&B" header, 32 KiB blocks, records with a 7-byte crc/length/type header,
+    types full/first/middle/last). Read it after `owned_wandb_service` (or the writing process) has ended."""
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = Path(directory).rglob("*.wandb")
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    pos, block, payloads, pending = 7, 32768, [], b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a header is padding
+            pos += block - pos % block
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        payload, pos = data[pos + 7 : pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            payloads.append(payload)
+        elif kind in (2, 3):
+            pending += payload
+        elif kind == 4:
+            payloads.append(pending + payload)
+            pending = b""
+    records = []
+    for payload in payloads:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(payload)
+        records.append(record)
+    return records
+
+
+def wandb_summary(records: list) -> dict:
+    """The run's final summary from its `wandb_records`: every `summary` record's updates in order (a key is its
+    `key`, or its `nested_key` parts joined by "/")."""
+    summary = {}
+    for record in records:
+        if record.WhichOneof("record_type") == "summary":
+            for item in record.summary.update:
+                summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return summary

@@ -1,5 +1,5 @@
-"""The run record (`run.json`, `procrl.experiment.tracking`) of the result commands: `procrl select`, `procrl frs` and `procrl
-beam` end to end on a tiny random policy (the record's metrics equal the numbers of the command's own JSON report; a
+"""The run record (`run.json`, `procrl.experiment.tracking`) of the result commands: `procrl select`, `procrl frs` and
+`procrl beam` end to end on a tiny random policy (the record's metrics equal the numbers of the command's result; a
 failing command leaves a failed record), and each command's `run_metrics` on a hand-made result."""
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ def _main_process(monkeypatch):
 
 def test_select_writes_a_record_with_the_reports_accuracies(tmp_path, tiny_model_dir, monkeypatch):
     monkeypatch.setenv("PROCRL_VARIANT", json.dumps({"sweep": "bon", "name": "n2", "parameters": {"n": 2}, "seed": 0}))
-    out = tmp_path / "sel" / "select.json"
+    out = tmp_path / "sel"
     argv = [*TINY, "--model", str(tiny_model_dir), "--dataset", "svamp", "--end", "2", "--n", "2",
-            "--max-new-tokens", "4", "--batch-size", "4", "--scorer", "majority,random", "--output", str(out)]  # fmt: skip
+            "--max-new-tokens", "4", "--batch-size", "4", "--scorer", "majority,random",
+            "--output-dir", str(out)]  # fmt: skip
     assert select.main(argv) == 0
-    report = json.loads(out.read_text())
-    record = json.loads((out.parent / "run.json").read_text())
+    record = json.loads((out / "run.json").read_text())
+    report = record["result"]
     assert record["command"] == "select" and record["status"] == "finished" and record["argv"] == argv
     assert record["variant"]["name"] == "n2" and record["history"] == []
-    assert record["config"]["SelectConfig"]["n"] == 2 and record["config"]["SelectConfig"]["output"] == str(out)
+    assert record["config"]["SelectConfig"]["n"] == 2 and record["config"]["SelectConfig"]["output_dir"] == str(out)
     assert record["config"]["TrackingArguments"] == {"report_to": ["none"]}
     expected = {
         f"select/{row}/{key}": report["results"][row][key] for row in report["results"] for key in ACCURACY_KEYS
@@ -56,15 +57,15 @@ def test_frs_writes_a_record_with_the_reports_numbers(tmp_path, tiny_model_dir):
 
 
 def test_a_failing_command_leaves_a_failed_record(tmp_path, tiny_model_dir):
-    out = tmp_path / "beam" / "beam.json"
+    out = tmp_path / "beam"
     argv = [*TINY, "--model", str(tiny_model_dir), "--end", "1", "--pum", str(tmp_path / "no-such-pum"),
-            "--output", str(out)]  # fmt: skip
+            "--output-dir", str(out)]  # fmt: skip
     with pytest.raises(Exception) as raised:
         beam.main(argv)
-    record = json.loads((out.parent / "run.json").read_text())
+    record = json.loads((out / "run.json").read_text())
     assert record["status"] == "failed" and record["command"] == "beam"
     assert record["error"].startswith(f"{type(raised.value).__name__}: ") and record["finished_at"] is not None
-    assert not out.exists()
+    assert record["result"] is None and record["files"] == {} and not (out / "problems.jsonl").exists()
 
 
 # --------------------------------------------------------------------------------------------------------------------

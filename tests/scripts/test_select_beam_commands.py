@@ -1,19 +1,29 @@
 """`procrl select` and `procrl beam` (procrl/scripts/select.py, procrl/scripts/beam.py) end to end on a tiny random
-policy + tiny random PUM over 2 SVAMP problems (few tokens), their bad-argument exit status, `--help` and
-`--config`."""
+policy + tiny random PUM over 2 SVAMP problems (few tokens): run.json's result and problems.jsonl; `select --ks` on a
+hand-made selection result (the best-of-k curves, table.md, curves.png and the bestofn metrics against values
+computed by hand); their bad-argument exit status, `--help` and `--config`."""
 
 import json
 import math
 import os
+import re
 
 import pytest
 
+from procrl.evals.selection import SelectConfig, read_select_run, select_argmax, select_majority, select_random
 from procrl.generation import TransformersEngine
+from procrl.scripts import select
 from procrl.scripts.beam import main as main_beam
 from procrl.scripts.beam import make_parser as make_beam_parser
 from procrl.scripts.select import main as main_select
 from procrl.scripts.select import make_parser as make_select_parser
-from procrl.evals.selection import select_argmax, select_majority, select_random
+
+
+def read_run(directory) -> tuple[dict, list[dict]]:
+    """(run.json, the rows of the problems file it names) of a select or beam run."""
+    record = json.loads((directory / "run.json").read_text())
+    rows = [json.loads(line) for line in open(record["files"]["problems"])]
+    return record, rows
 
 # ----------------------------------------------------------------------------------------------------------
 # End to end on tiny models
@@ -37,19 +47,21 @@ COMMON = ["--dataset", "svamp", "--start", "0", "--end", "2", "--device", "cpu",
 
 def test_select_end_to_end(tiny_dirs, capsys):
     policy, pum, root = tiny_dirs
-    out = root / "select.json"
+    out = root / "select"
     scorers = "pum,picsar,majority,random,pum_min,picsar_answer"
     argv = [*COMMON, "--model", str(policy), "--pum", str(pum), "--scorer", scorers, "--greedy"]
-    assert main_select([*argv, "--n", "3", "--max-new-tokens", "6", "--output", str(out)]) == 0
-    report = json.loads(out.read_text())
-    assert report["command"] == "select" and report["scorers"] == scorers.split(",")
+    assert main_select([*argv, "--n", "3", "--max-new-tokens", "6", "--output-dir", str(out)]) == 0
+    record, problems = read_run(out)
+    report = record["result"]
+    assert record["command"] == "select" and report["command"] == "select" and report["scorers"] == scorers.split(",")
+    assert record["files"] == {"problems": str(out / "problems.jsonl")} and "problems" not in report  # no --ks
     assert list(report["results"]) == [*scorers.split(","), "greedy", "pass@3 (oracle)"]
     for r in report["results"].values():
         assert {"accuracy", "ci_low", "ci_high", "correct", "total", "abstained"} <= set(r) and r["total"] == 2
     assert report["settings"]["greedy"] is True and report["settings"]["picsar_evaluator"] is None
-    assert len(report["problems"]) == 2
+    assert len(problems) == 2
     columns = ["pum", "picsar", "picsar_reasoning", "picsar_answer", "pum_min", "pum_last", "pum_mean"]
-    for problem in report["problems"]:
+    for problem in problems:
         cands = problem["candidates"]
         assert len(cands) == 3 and all(1 <= c["num_tokens"] <= 6 for c in cands)
         assert all(
@@ -66,32 +78,34 @@ def test_select_end_to_end(tiny_dirs, capsys):
             if c["text"].strip():
                 assert all(math.isfinite(c[f"score_pum_{k}"]) for k in ("min", "last", "mean"))
         assert set(problem["greedy"]) == {"text", "extracted", "correct"}
-    greedy_correct = sum(p["greedy"]["correct"] is True for p in report["problems"])
+    greedy_correct = sum(p["greedy"]["correct"] is True for p in problems)
     assert (report["results"]["greedy"]["correct"], report["results"]["greedy"]["abstained"]) == (greedy_correct, 0)
-    assert report["samples"]["greedy_from_cache"] is False and (root / "select.greedy.jsonl").is_file()
-    table = capsys.readouterr().out
-    assert "pum" in table and "majority" in table and "greedy" in table and "accuracy" in table
+    assert report["samples"]["greedy_from_cache"] is False and (out / "greedy.jsonl").is_file()
+    printed = capsys.readouterr().out
+    assert "pum" in printed and "majority" in printed and "greedy" in printed and "accuracy" in printed
+    assert f"run: {out / 'run.json'}" in printed and f"problems: {out / 'problems.jsonl'}" in printed
 
 
 def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dirs, monkeypatch):
     policy, pum, root = tiny_dirs
-    out = root / "rerun" / "select.json"
-    argv = [*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "5", "--output", str(out)]
+    out = root / "rerun"
+    argv = [*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "5", "--output-dir", str(out)]
     assert main_select([*argv, "--scorer", "majority,random", "--greedy"]) == 0
-    first = json.loads(out.read_text())
-    assert (root / "rerun" / "select.samples.jsonl").is_file() and (root / "rerun" / "select.greedy.jsonl").is_file()
+    first = read_run(out)[1]
+    assert (out / "samples.jsonl").is_file() and (out / "greedy.jsonl").is_file()
     real = TransformersEngine.generate
     calls = []
     monkeypatch.setattr(TransformersEngine, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))
     # a PUM and a step scorer added later: neither sampling nor greedy decoding again
     assert main_select([*argv, "--scorer", "pum,majority,pum_last", "--pum", str(pum), "--greedy"]) == 0
-    second = json.loads(out.read_text())
-    assert calls == [] and second["samples"]["from_cache"] is True and second["samples"]["greedy_from_cache"] is True
-    assert [p["greedy"] for p in second["problems"]] == [p["greedy"] for p in first["problems"]]
-    texts = [[c["text"] for c in p["candidates"]] for p in first["problems"]]
-    assert [[c["text"] for c in p["candidates"]] for p in second["problems"]] == texts
-    assert [p["picks"]["majority"] for p in second["problems"]] == [p["picks"]["majority"] for p in first["problems"]]
-    assert main_select([*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "4", "--output", str(out),
+    record, second = read_run(out)
+    samples = record["result"]["samples"]
+    assert calls == [] and samples["from_cache"] is True and samples["greedy_from_cache"] is True
+    assert [p["greedy"] for p in second] == [p["greedy"] for p in first]
+    texts = [[c["text"] for c in p["candidates"]] for p in first]
+    assert [[c["text"] for c in p["candidates"]] for p in second] == texts
+    assert [p["picks"]["majority"] for p in second] == [p["picks"]["majority"] for p in first]
+    assert main_select([*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "4", "--output-dir", str(out),
                         "--scorer", "random"]) == 0  # fmt: skip
     assert calls  # another token budget: sampled again
     calls.clear()
@@ -99,7 +113,80 @@ def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dir
     os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 10**9))  # a rewritten checkpoint
     assert main_select([*argv, "--scorer", "random"]) == 0
     assert calls  # same settings, but the weights changed: sampled again
-    assert json.loads(out.read_text())["samples"]["from_cache"] is False
+    assert read_run(out)[0]["result"]["samples"]["from_cache"] is False
+
+
+# ----------------------------------------------------------------------------------------------------------
+# select --ks: the best-of-k curves of a hand-made selection
+# ----------------------------------------------------------------------------------------------------------
+
+# two problems x 3 candidates: (extracted, correct, num_tokens, score_pum)
+ROWS = {
+    "p0": [("1", False, 9, 0.2), ("2", True, 4, 0.7), ("1", False, 5, None)],  # majority "1" wrong, pum right
+    "p1": [("3", True, 6, 0.1), ("3", True, 2, 0.3), ("4", False, 8, 0.3)],  # majority right, pum's tie -> index 1
+}
+
+
+def hand_made_select(config: SelectConfig) -> dict:
+    """What `run_select` returns, for the ROWS samples (no model)."""
+    problems = [
+        {
+            "problem_id": pid,
+            "answer": "x",
+            "candidates": [
+                {"text": f"{pid}-{i}", "extracted": e, "correct": c, "num_tokens": t, "score_pum": s}
+                for i, (e, c, t, s) in enumerate(rows)
+            ],
+            "picks": {},
+        }
+        for pid, rows in ROWS.items()
+    ]
+    row = {"accuracy": 0.5, "ci_low": 0.1, "ci_high": 0.9, "correct": 1, "total": 2, "abstained": 0}
+    return {"command": "select", "settings": config.settings(), "results": {"pum": row},
+            "summary": {"mean_sample_accuracy": 0.5, "unparseable_gold": 0}, "problems": problems}  # fmt: skip
+
+
+def test_select_ks_writes_the_curves_into_run_json_table_and_figure(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(select, "run_select", hand_made_select)
+    out = tmp_path / "sel"
+    argv = ["--scorer", "majority", "--n", "3", "--ks", "3,1", "--subsets", "8", "--resamples", "200"]
+    assert main_select([*argv, "--output-dir", str(out)]) == 0
+    record, problems = read_run(out)
+    assert [p["problem_id"] for p in problems] == ["p0", "p1"]
+    assert read_select_run(out) == {**record["result"], "problems": problems}  # what `procrl frs --traces-from` reads
+    curves = record["result"]["bestofn"]
+    assert curves["methods"] == ["random", "majority", "longest", "pum", "pass@k"]
+    assert curves["settings"] == {"ks": [1, 3], "subsets": 8, "seed": 0, "resamples": 200, "n": 3}
+    # k = n = 3: random (1/3 + 2/3) / 2 = 0.5; majority p0 wrong, p1 right; longest p0 (9) wrong, p1 (8) wrong;
+    # pum p0 (0.7) right, p1 (0.3-0.3 tie -> index 1) right; pass@3 both
+    expected = {"random": 0.5, "majority": 0.5, "longest": 0.0, "pum": 1.0, "pass@k": 1.0}
+    for method, value in expected.items():
+        assert curves["curves"][method][1]["accuracy"] == pytest.approx(value)
+        assert record["metrics"][f"bestofn/{method}/acc@3"] == pytest.approx(value)
+    # k = 1: random = pass@1 = longest = the mean correctness (every method picks the one candidate it sees)
+    assert record["metrics"]["bestofn/pass@k/acc@1"] == pytest.approx(0.5)
+    # pum AUROC: p0 pos [0.7] vs neg [0.2] -> 1; p1 pos [0.1, 0.3] vs neg [0.3] -> (0 + 0.5) / 2 = 0.25
+    assert record["metrics"]["bestofn/pum/auroc"] == pytest.approx(0.625)
+    assert record["metrics"]["bestofn/problems"] == 2 and record["metrics"]["bestofn/unparseable_gold"] == 0
+    assert record["metrics"]["select/pum/accuracy"] == 0.5  # the selection's own metrics stay
+    assert record["files"] == {"problems": str(out / "problems.jsonl"), "table": str(out / "table.md"),
+                               "curves": str(out / "curves.png")}  # fmt: skip
+    table = (out / "table.md").read_text()
+    assert table.startswith("Best-of-k accuracy") and "| method | k=1 | k=3 |" in table
+    assert "| pum | " in table and "| 100.0 [100.0, 100.0] |" in table
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    assert table.strip() in capsys.readouterr().out  # printed after the accuracy table
+
+
+def test_select_ks_must_fit_n():
+    assert SelectConfig(scorer="random", n=8, ks="8, 2,2").k_list == [2, 8]  # sorted, duplicates dropped
+    assert SelectConfig(scorer="random").k_list == []  # no curves by default
+    for ks, message in (("1,16", "k = 16 > --n 8 samples (e.g. --ks 1)"), ("1,two", "comma-separated integers"),
+                        ("0", "every k must be >= 1")):  # fmt: skip
+        with pytest.raises(ValueError, match=re.escape(message)):
+            SelectConfig(scorer="random", n=8, ks=ks)
+    with pytest.raises(ValueError, match="--subsets"):
+        SelectConfig(scorer="random", subsets=0)
 
 
 def test_select_rejects_bad_arguments(tiny_dirs):
@@ -112,17 +199,20 @@ def test_select_rejects_bad_arguments(tiny_dirs):
 
 def test_beam_end_to_end(tiny_dirs, capsys):
     policy, pum, root = tiny_dirs
-    out = root / "beam.json"
+    out = root / "beam"
     argv = [*COMMON, "--model", str(policy), "--pum", str(pum), "--beams", "2", "--expand", "2"]
     assert (
-        main_beam([*argv, "--max-steps", "2", "--max-step-tokens", "4", "--max-new-tokens", "8", "--output", str(out)])
+        main_beam([*argv, "--max-steps", "2", "--max-step-tokens", "4", "--max-new-tokens", "8", "--output-dir",
+                   str(out)])
         == 0
-    )
-    report = json.loads(out.read_text())
-    assert report["command"] == "beam" and list(report["results"]) == ["beam B=2 k=2"]
+    )  # fmt: skip
+    record, problems = read_run(out)
+    report = record["result"]
+    assert record["command"] == "beam" and report["command"] == "beam" and list(report["results"]) == ["beam B=2 k=2"]
     assert report["results"]["beam B=2 k=2"]["total"] == 2
     assert 1 <= report["summary"]["rounds"] <= 2
-    for problem in report["problems"]:
+    assert len(problems) == 2 and "problems" not in report
+    for problem in problems:
         assert 1 <= len(problem["beams"]) <= 2
         scores = [b["score"] for b in problem["beams"]]
         assert scores == sorted(scores, reverse=True)  # kept beams are the top-B by U
