@@ -69,7 +69,6 @@ COMMANDS = {
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from run.json files / offline wandb runs (no server)"),
     "bestofn": ("procrl.scripts.bestofn", "best-of-k curves (every selector, every k) from procrl select reports"),
-    "frs-compare": ("procrl.scripts.frs_compare", "rank models by accuracy and by FRS@K, with intervals (frs.json)"),
 }
 
 

@@ -21,7 +21,6 @@ SUBCOMMANDS = {
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
     "bestofn": "procrl.scripts.bestofn",
-    "frs-compare": "procrl.scripts.frs_compare",
 }
 
 
