@@ -52,10 +52,10 @@ def bench_confidence(args) -> tuple[dict, list]:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     from procrl.data_builders.datasets import load_math_dataset
+    from procrl.evals.frs import Trace, tail_confidence_from_logps
     from procrl.generation import eos_token_ids, generate_completions, render_prompts
     from procrl.logprobs import sequence_logps
     from procrl.models import resolve_model
-    from procrl.evals.frs import Trace, tail_confidence_from_logps
     from procrl.rewards.outcome import is_correct
 
     if args.threads:
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-judge", action="store_true")
     parser.add_argument(
         "--traces-from", default=None,
-        help="skip (1): take the judge requests' traces from a frs.json written by `procrl frs`",
+        help="skip (1): take the judge requests' traces from a judged_traces.jsonl written by `procrl frs`",
     )  # fmt: skip
     parser.add_argument("--no-fp64-reference", dest="fp64_reference", action="store_false",
                         help="skip the float64 forward pass that tells which arm is closer to exact")  # fmt: skip
@@ -246,10 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     if args.traces_from:
-        from procrl.evals.frs import Trace
+        from procrl.evals.frs.traces import read_traces
 
-        saved = json.loads(open(args.traces_from).read())["traces"]
-        traces = [Trace.from_dict(t) for t in saved]  # drops the derived rs / rs_expected
+        traces = read_traces(args.traces_from)  # drops the derived rs / rs_expected
     else:
         confidence, traces = bench_confidence(args)
         print("confidence:", json.dumps(confidence, indent=2, default=str))

@@ -6,8 +6,8 @@
 `--stepgap A B`: Cohen's kappa between the step labels (`labels.jsonl` of two `procrl stepgap-eval` runs on the same
 annotated set; the full tree's labels), plus each run's agreement with the gold labels. `--frs A B`: Spearman's rank
 correlation between the reasoning scores RS (and RS from expected scores, where both runs have them) of the traces
-both runs judged (`frs.json` of two `procrl frs` runs on the same `traces.jsonl`: copy it into the second output
-directory first). Prints one line per statistic; `--json` prints a JSON object instead.
+both runs judged (`judged_traces.jsonl` of two `procrl frs` runs on the same `traces.jsonl`: copy it into the second
+output directory first). Prints one line per statistic; `--json` prints a JSON object instead.
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def stepgap_agreement(dir_a: Path, dir_b: Path) -> dict:
 
 
 def _judged(path: Path) -> dict[tuple[str, str], dict]:
-    traces = json.loads((path / "frs.json").read_text())["traces"]
+    lines = (path / "judged_traces.jsonl").read_text().splitlines()  # procrl frs: every trace with its judgement
+    traces = [json.loads(line) for line in lines if line.strip()]
     return {(t["problem_id"], t["completion"]): t for t in traces if t.get("scores") is not None}
 
 

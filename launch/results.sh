@@ -2,7 +2,7 @@
 # Issue 17's comparisons (docs/results/README.md): each section samples or judges into outputs/results/ (cached, so
 # a rerun or a resumed run redoes nothing finished) and copies its table, plot and run.json into docs/results/<name>/.
 #   launch/results.sh bestofn   # PiCSAR and PUM best-of-N: procrl select --ks once per policy (selection + curves)
-#   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs-compare
+#   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs compare
 #   launch/results.sh stepgap   # StepGap decomposability: procrl stepgap-eval --llm-only on the shipped 2Wiki steps
 #   launch/results.sh all       # the three, in this order (frs needs bestofn's samples)
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (README "PUM").
@@ -53,32 +53,32 @@ frs() {
   mkdir -p $OUT/frs
   for judge in local local:gemma3-270m; do
     jname=$([ "$judge" = local ] && echo smollm2 || echo gemma3-270m)
-    reports=()
+    runs=()
     case " $FRS_JUDGES " in
       *" $judge "*)
         for entry in $POLICIES; do
           name=${entry%%=*}
-          $PROCRL frs --traces-from $OUT/bestofn/svamp_$name --judge "$judge" --k_values 10,20,30 \
+          $PROCRL frs --traces-from $OUT/bestofn/svamp_$name --judge "$judge" --frs_k_values 10 20 30 \
             --output-dir $OUT/frs/svamp_${name}_judge_$jname
-          reports+=($OUT/frs/svamp_${name}_judge_$jname/frs.json)
+          runs+=($OUT/frs/svamp_${name}_judge_$jname)
         done ;;
     esac
     # GSM8K test 0-50, 16 traces of 256 tokens (traces.jsonl resumes; ~47 min of sampling here when absent)
-    $PROCRL frs --model default --dataset gsm8k --start 0 --end 50 --n 16 --judge "$judge" --k_values 10,20,30 \
-      --output-dir $OUT/frs/gsm8k_smollm2_judge_$jname
-    reports+=($OUT/frs/gsm8k_smollm2_judge_$jname/frs.json)
-    $PROCRL frs-compare "${reports[@]}" --k 10 --output-dir $OUT/frs/compare_judge_$jname
+    $PROCRL frs --model default --dataset gsm8k --start 0 --end 50 --frs_traces 16 --judge "$judge" \
+      --frs_k_values 10 20 30 --output-dir $OUT/frs/gsm8k_smollm2_judge_$jname
+    runs+=($OUT/frs/gsm8k_smollm2_judge_$jname)
+    $PROCRL frs compare "${runs[@]}" --k 10 --output-dir $OUT/frs/compare_judge_$jname
     keep frs/judge_$jname $OUT/frs/compare_judge_$jname/*
-    for report in "${reports[@]}"; do  # each run's FRS@K curve, named after its folder
-      run=$(basename "$(dirname "$report")")
-      cp "$(dirname "$report")/frs.png" "$DOCS/frs/judge_$jname/${run%_judge_*}.png"
+    for run_dir in "${runs[@]}"; do  # each run's FRS@K curve, named after its folder
+      run=$(basename "$run_dir")
+      cp "$run_dir/frs.png" "$DOCS/frs/judge_$jname/${run%_judge_*}.png"
     done
   done
 }
 
 stepgap() {
   $PROCRL stepgap-eval --llm-only --bootstrap-resamples 1000 --output-dir $OUT/stepgap_decomposability
-  keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,metrics.json,run.json}
+  keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,run.json}
 }
 
 case "${1:-}" in

@@ -77,13 +77,12 @@ COMMANDS = {
     "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from the runs' run.json files (no server)"),
-    "frs-compare": ("procrl.scripts.frs_compare", "rank models by accuracy and by FRS@K, with intervals (frs.json)"),
 }
 
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum"),
-    "evaluate": ("select", "beam", "frs", "frs-compare", "stepgap-eval"),
+    "evaluate": ("select", "beam", "frs", "stepgap-eval"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever"),
 }

@@ -21,7 +21,6 @@ SUBCOMMANDS = {
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
-    "frs-compare": "procrl.scripts.frs_compare",
 }
 
 

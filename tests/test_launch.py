@@ -115,12 +115,13 @@ def test_cli_model_path_prints_the_cache_dir(tmp_path):
 
 
 def test_frs_callback_through_train_grpo(tmp_path, tiny_model_dir):
-    # the frs_* fields of train_grpo.py attach FRSCallback; with report_to none it writes JSON next to checkpoints
+    # the frs_* fields of train_grpo.py attach FRSCallback, judged by the run's one judge (judge: none here); with
+    # report_to none it writes JSON next to checkpoints
     out = tmp_path / "out"
     flags = _flags(tiny_model_dir, out) + [
         "--run_eval", "false",
         "--frs_every_n_steps", "1",
-        "--frs_judge", "none",
+        "--judge", "none",
         "--frs_eval_set", "svamp:0:2",
         "--frs_traces", "2",
         "--frs_max_new_tokens", "8",

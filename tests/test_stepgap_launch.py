@@ -82,8 +82,8 @@ def fakes(monkeypatch, smollm2_tokenizer):
         finally:
             record["closed"] += 1
 
-    # patched where the search task looks them up
-    monkeypatch.setattr("procrl.trainers.tasks.search.open_judge", fake_open_judge)
+    # patched where they are looked up (the judge: by JudgeArguments.open, the search task's one way to open it)
+    monkeypatch.setattr("procrl.judges.spec.open_judge", fake_open_judge)
     monkeypatch.setattr("procrl.trainers.tasks.search.make_nli", lambda spec, judge, **kw: GoldNLI(gold))
 
     tok = smollm2_tokenizer
@@ -209,6 +209,14 @@ def test_process_mode_uses_step_rewards(fakes, tmp_path):
         assert rewards.funcs == [em_reward] and job.training.reward_weights == [0.0]  # stepgap's weight dropped
         step = rewards.step_reward_func
         assert isinstance(step, StepGapStepRewards) and step.config.lam == 0.5
+
+
+def test_the_search_task_needs_a_judge(fakes, tmp_path):
+    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--judge", "none"])
+    with pytest.raises(ValueError, match="task=search needs a judge"):
+        with ctx:
+            pass
+    assert fakes["opened"] == []
 
 
 def test_bad_search_settings():

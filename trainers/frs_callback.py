@@ -1,8 +1,16 @@
 """The FRS training callback: the Filtered Reasoning Score of the current policy during GRPO training.
 
     trainer = ProcessGRPOTrainer(...)
-    FRSCallback(eval_dataset, every_n_steps=10, judge="local").attach(trainer)   # or trainer=... in the constructor
+    add_frs_callback(frs_args, trainer, judge=judge_args, prompt_template=template)   # None when FRS is off
+    FRSCallback(eval_dataset, every_n_steps=10, judge=JudgeArguments()).attach(trainer)   # the same, by hand
     trainer.train()
+
+In `train_grpo.py` the settings are `FRSCallbackArguments`: the FRS settings every FRS run has
+(`procrl.evals.frs.FRSArguments`: `frs_traces`, `frs_k_percent`, `frs_judge_sees_correctness`, ...; the keys of
+`procrl frs` too) plus the callback's own: `frs_every_n_steps` (0 = off), `frs_eval_set` (name:start:end) and
+sampling overrides of GRPO's settings (`frs_max_new_tokens`, `frs_temperature`). The judge is the run's one judge
+(`procrl.judges.JudgeArguments`: `judge`, `judge_max_tokens`, ...; its reply budget defaults to
+`procrl.evals.frs.judging.JUDGE_MAX_TOKENS`); `judge: none` logs what needs no judge.
 
 Every `every_n_steps` optimizer steps (and after the last step), `FRSCallback` samples `n_traces` completions for
 each of the first `n_problems` problems of `eval_dataset` with the live policy, through the trainer's own generation
@@ -50,23 +58,85 @@ import copy
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
 from trl.models import unwrap_model_for_generation
 
-from procrl.judges import open_judge
-from procrl.evals.frs import DEFAULT_K_VALUES, FRSConfig, FRSReport, Trace, compute_frs
-from procrl.evals.stats import format_estimate
+from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset
+from procrl.evals.frs import FRSArguments, FRSConfig, FRSReport, Trace, compute_frs
+from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
 from procrl.evals.frs.sampling import generate_traces
+from procrl.evals.stats import format_estimate
+from procrl.judges import Judge, JudgeArguments
+from procrl.trainers.tasks.arguments import parse_eval_set
 from procrl.utils import get_logger, json_safe
 
 logger = get_logger(__name__)
 
-__all__ = ["FRSCallback"]
+__all__ = ["FRSCallback", "FRSCallbackArguments", "add_frs_callback"]
+
+
+@dataclass
+class FRSCallbackArguments(FRSArguments):
+    """FRS during GRPO training (YAML keys of `train_grpo.py`): the FRS settings (`FRSArguments`, CPU-sized
+    `frs_traces`) and when, on what and how the callback samples; off unless `frs_every_n_steps` > 0."""
+
+    frs_traces: int = field(
+        default=4, metadata={"help": "FRS traces sampled per problem (CPU-sized default; the paper uses 16)."}
+    )
+    frs_every_n_steps: int = field(
+        default=0, metadata={"help": "Log FRS of the policy every N optimizer steps (and after the last one); 0 = off."}
+    )
+    frs_eval_set: str = field(
+        default="gsm8k:0:10", metadata={"help": "FRS problems as name:start:end (a built-in set or a data file)."}
+    )
+    frs_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Tokens per FRS trace; null = GRPO's max_completion_length."}
+    )
+    frs_temperature: float | None = field(
+        default=None, metadata={"help": "FRS sampling temperature; null = GRPO's temperature."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.frs_every_n_steps < 0:
+            raise ValueError(f"frs_every_n_steps must be >= 0 (0 = off), got {self.frs_every_n_steps}")
+        parse_eval_set(self.frs_eval_set, with_tokens=False)  # validates name:start:end
+        if self.frs_max_new_tokens is not None and self.frs_max_new_tokens < 1:
+            raise ValueError(f"frs_max_new_tokens must be >= 1 (null = GRPO's), got {self.frs_max_new_tokens}")
+        if self.frs_temperature is not None and not self.frs_temperature > 0:
+            raise ValueError(f"frs_temperature must be > 0 (null = GRPO's), got {self.frs_temperature}")
+
+
+def add_frs_callback(
+    frs_args: FRSCallbackArguments, trainer, *, judge: JudgeArguments, prompt_template: str | None = None
+) -> FRSCallback | None:
+    """Build the `FRSCallback` that `frs_args` describes and attach it to `trainer`; None when FRS is off.
+
+    The problems are `frs_eval_set`, loaded with `load_math_dataset` in the training prompt template (default
+    one-shot); the FRS settings are `frs_args.frs_config(seed=trainer.args.seed)`; `judge` is the run's judge, opened
+    on rank 0 at the first evaluation (its cache in `<output_dir>/judge_cache` unless `judge_cache_dir` says
+    otherwise) and closed at the end of training.
+    """
+    if frs_args.frs_every_n_steps <= 0:
+        return None
+    name, start, end, _ = parse_eval_set(frs_args.frs_eval_set, with_tokens=False)
+    dataset = load_math_dataset(name, start=start, end=end, prompt_template=prompt_template or ONE_SHOT_TEMPLATE)
+    return FRSCallback(
+        dataset,
+        every_n_steps=frs_args.frs_every_n_steps,
+        n_traces=frs_args.frs_traces,
+        n_problems=len(dataset),
+        frs_config=frs_args.frs_config(seed=trainer.args.seed),
+        judge=judge,
+        trainer=trainer,
+        max_new_tokens=frs_args.frs_max_new_tokens,
+        temperature=frs_args.frs_temperature,
+    )
 
 
 class FRSCallback(TrainerCallback):
@@ -77,19 +147,18 @@ class FRSCallback(TrainerCallback):
         every_n_steps: evaluate when `state.global_step` is a multiple of this (optimizer steps).
         n_traces: completions per problem (CPU-sized default 4; the paper uses 16).
         n_problems: problems per evaluation (CPU-sized default 10).
-        k_percent: K of the headline `frs/score` (top K% most confident traces, pooled over all problems).
-        judge: a `procrl.judges.Judge`, or a spec for `procrl.judges.open_judge` ("local",
-            "http://host:port/v1", ...), opened on rank 0 at the first evaluation and closed at the end of training;
-            None logs only what needs no judge (accuracies, confidence).
+        judge: a `procrl.judges.Judge`, or the `procrl.judges.JudgeArguments` of one (opened on rank 0 at the first
+            evaluation, reply budget `procrl.evals.frs.judging.JUDGE_MAX_TOKENS` unless they set one, cache under
+            `output_dir`; closed at the end of training); None (or `judge: none`) logs only what needs no judge
+            (accuracies, confidence).
         trainer: the trainer (or call `attach(trainer)`); needed for its accelerator, generation settings and log.
-        k_values: K values of `frs/at_k/<K>`.
-        frs_config: full FRS settings (overrides `k_percent`/`k_values` when given).
+        frs_config: the FRS settings (default `FRSConfig()`: K = 10, the curve at 10-50, the judge sees the answer
+            check).
         temperature, max_new_tokens, top_p, top_k: override the trainer's sampling settings for evaluation
             (None: GRPO's own, so FRS measures the policy as it is trained).
         batch_size: completions per `generate` call.
         eval_at_end: also evaluate after the last step when it is not a multiple of `every_n_steps`.
-        judge_kwargs: extra keywords for `open_judge` (e.g. `cache_dir`, `max_concurrency`).
-        output_dir: where `frs_step<N>.json` goes (default: `args.output_dir`).
+        output_dir: where `frs_step<N>.json` (and the judge cache of `JudgeArguments`) go (default: `args.output_dir`).
         seed: base seed of the evaluation's sampling (default: `args.seed`).
         log_table: log the wandb table of judged traces when wandb is active.
     """
@@ -100,11 +169,9 @@ class FRSCallback(TrainerCallback):
         every_n_steps: int,
         n_traces: int = 4,
         n_problems: int = 10,
-        k_percent: float = 10,
-        judge: Any = "local",
         *,
+        judge: Judge | JudgeArguments | None = None,
         trainer=None,
-        k_values: Sequence[float] = DEFAULT_K_VALUES,
         frs_config: FRSConfig | None = None,
         temperature: float | None = None,
         max_new_tokens: int | None = None,
@@ -112,7 +179,6 @@ class FRSCallback(TrainerCallback):
         top_k: int | None = None,
         batch_size: int = 16,
         eval_at_end: bool = True,
-        judge_kwargs: dict[str, Any] | None = None,
         output_dir: str | None = None,
         seed: int | None = None,
         log_table: bool = True,
@@ -130,9 +196,8 @@ class FRSCallback(TrainerCallback):
         self.rows = [dict(row) for row in eval_dataset.select(range(min(n_problems, len(eval_dataset))))]
         self.every_n_steps = every_n_steps
         self.n_traces = n_traces
-        self.config = frs_config or FRSConfig(k_percent=k_percent, k_values=tuple(k_values))
-        self.judge_spec = judge
-        self.judge_kwargs = dict(judge_kwargs or {})
+        self.config = frs_config or FRSConfig()
+        self.judge = None if isinstance(judge, JudgeArguments) and not judge.enabled else judge
         self.overrides = {
             k: v
             for k, v in dict(temperature=temperature, max_new_tokens=max_new_tokens, top_p=top_p, top_k=top_k).items()
@@ -266,12 +331,13 @@ class FRSCallback(TrainerCallback):
             logger.warning("FRS generation could not start on rank %d: %r", accelerator.process_index, err)
             return [], repr(err)
 
-    def _open_judge(self):
-        if self._judge is None and self.judge_spec is not None:
-            if isinstance(self.judge_spec, str):
-                self._judge = self._judge_stack.enter_context(open_judge(self.judge_spec, **self.judge_kwargs))
-            else:
-                self._judge = self.judge_spec
+    def _open_judge(self) -> Judge | None:
+        if self._judge is None and isinstance(self.judge, JudgeArguments):
+            output_dir = self.output_dir or self.trainer.args.output_dir
+            opened = self.judge.open(output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS)
+            self._judge = self._judge_stack.enter_context(opened)
+        elif self._judge is None:
+            self._judge = self.judge
         return self._judge
 
     def _log(self, metrics: dict[str, float]) -> None:

@@ -48,6 +48,7 @@ per bin, drawn deterministically from a hash seed, and only the bins that overla
     87.5
 """
 
+from procrl.evals.frs.arguments import FRSArguments
 from procrl.evals.frs.compute import compute_frs, judge_traces, plan_judging, summarize
 from procrl.evals.frs.confidence import (
     kept_count,
@@ -74,6 +75,7 @@ __all__ = [
     "REPLY_FORMAT",
     "RUBRIC",
     "RUBRIC_WITHOUT_CORRECTNESS",
+    "FRSArguments",
     "FRSConfig",
     "FRSReport",
     "ReasoningJudgement",

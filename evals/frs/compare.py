@@ -1,11 +1,12 @@
 """Compare `procrl frs` runs: does FRS rank models as accuracy does (issue 17, comparison 3)? The library of
-`procrl frs-compare` (`build_comparison`, then `write_comparison`).
+`procrl frs compare` (`build_comparison`, then `write_comparison`).
 
 The claim checked (FRS, arXiv 2604.11996; DESIGN §4 "FRS"): FRS separates models that accuracy cannot, and the
-rankings by accuracy and by FRS can invert. Each frs.json is one row, labelled by its `model` and its benchmark (the
-report's `dataset`, slice included: gsm8k[0:50] and gsm8k[0:100] are different benchmarks). Its numbers are the
-report's own (accuracy, accuracy@K, FRS@K, selection gain) with their 95% bootstrap intervals over problems: the
-report's `intervals` when it has them, else computed from its traces (`procrl.evals.frs.intervals`; nothing is
+rankings by accuracy and by FRS can invert. Each run (its `run.json`: the `result` of `procrl frs`) is one row,
+labelled by its `model` and its benchmark (the result's `dataset`, slice included: gsm8k[0:50] and gsm8k[0:100] are
+different benchmarks). Its numbers are the report's own (accuracy, accuracy@K, FRS@K, selection gain) with their 95%
+bootstrap intervals over problems: the result's `intervals` when it has them (a run with `--bootstrap-resamples 0`
+has none), else computed from its judged traces (`judged_traces.jsonl`, `procrl.evals.frs.intervals`; nothing is
 judged again).
 
 Per benchmark, every model is ranked by accuracy and by FRS@K (K: the given one, else the reports' headline K;
@@ -31,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from procrl.evals.frs.intervals import ACCURACY, SELECTION_GAIN, accuracy_key, frs_key, intervals_from_result
+from procrl.evals.frs.traces import read_traces
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate
-from procrl.utils import json_safe
 
 __all__ = [
+    "FILES",
     "FRSRun",
     "build_comparison",
     "compare_runs",
@@ -45,21 +47,24 @@ __all__ = [
     "write_comparison",
 ]
 
-COMPARE_JSON, TABLE_MD, PLOT_PNG = "frs_compare.json", "table.md", "frs_compare.png"
+# what `write_comparison` writes: role -> file name
+FILES = {"table": "table.md", "plot": "frs_compare.png"}
+# the run record of a run directory (`procrl.experiment.tracking.RUN_FILE`, a higher layer: read here as plain JSON)
+RUN_JSON = "run.json"
 
 
 @dataclass
 class FRSRun:
-    """One frs.json, as the comparison reads it.
+    """One `procrl frs` run, as the comparison reads it.
 
     Attributes:
-        path: the file read. model, benchmark: its label (the report's `model` and `dataset`).
+        path: the run directory. model, benchmark: its label (the result's `model` and `dataset`).
         k_percent: the report's headline K; k_values: the Ks of its FRS@K curve.
         n_problems, n_traces: the report's counts.
         values: name -> value (`accuracy`, `accuracy@K`, `frs@K`, `selection_gain`; accuracies in [0, 1], FRS and
             the gain in RS units 0-100; None = not measured).
         intervals: name -> [low, high] or None (empty without intervals).
-        intervals_source: "report" (frs.json had them), "traces" (computed here from its traces) or "none".
+        intervals_source: "report" (the result had them), "traces" (computed here from its judged traces) or "none".
     """
 
     path: str
@@ -75,30 +80,36 @@ class FRSRun:
 
 
 def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int | None = None) -> FRSRun:
-    """Read one frs.json (or a directory holding one) of `procrl frs`.
+    """Read one `procrl frs` run: its directory (or the `run.json` in it).
 
     Args:
-        path: the frs.json, or its run directory.
-        resamples: bootstrap draws for a report without `intervals` (computed from its traces); 0 = leave it
+        path: the run directory, or its run.json.
+        resamples: bootstrap draws for a result without `intervals` (computed from its judged traces); 0 = leave it
             without. seed: their seed (None = the run's FRS seed, as `procrl frs` uses).
 
     Raises:
-        FileNotFoundError: no such file (or no frs.json in the directory).
-        ValueError: not JSON, or not a `procrl frs` result (no model / dataset / report / settings), or its traces do
-            not read back when intervals must be computed.
+        FileNotFoundError: no run.json there.
+        ValueError: not JSON, not a finished `procrl frs` run (command, status, a result with model / dataset /
+            settings / report), or its judged traces do not read back when intervals must be computed.
     """
     path = Path(path)
-    if path.is_dir():
-        path = path / "frs.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such frs.json (the output of `procrl frs`)")
+    run_dir = path.parent if path.name == RUN_JSON else path
+    record_path = run_dir / RUN_JSON
+    if not record_path.is_file():
+        raise FileNotFoundError(f"{run_dir}: no {RUN_JSON} here (give the output directory of a `procrl frs` run)")
     try:
-        result = json.loads(path.read_text())
+        record = json.loads(record_path.read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON ({error})") from error
+        raise ValueError(f"{record_path} is not JSON ({error})") from error
+    command = record.get("command") if isinstance(record, Mapping) else None
+    if command != "frs":
+        raise ValueError(f"{record_path} is not the record of a `procrl frs` run (its command: {command!r})")
+    if record.get("status") != "finished":
+        raise ValueError(f"{record_path}: the run is {record.get('status')!r}, not finished; run it to the end first")
+    result = record.get("result")
     report = result.get("report") if isinstance(result, Mapping) else None
     if not isinstance(report, Mapping) or not all(key in result for key in ("model", "dataset", "settings")):
-        raise ValueError(f"{path} is not a procrl frs result: it needs model, dataset, settings and report")
+        raise ValueError(f"{record_path} holds no procrl frs result: it needs model, dataset, settings and report")
     try:
         at_k = {float(k): v for k, v in report["at_k"].items()}
         accuracy_at_k = {float(k): v for k, v in report["accuracy_at_k"].items()}
@@ -108,18 +119,21 @@ def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed
         values[SELECTION_GAIN] = report["selection_gain"]
         k_percent, n_problems, n_traces = float(report["k_percent"]), int(report["n_problems"]), int(report["n_traces"])
     except (KeyError, TypeError, ValueError, AttributeError) as error:
-        raise ValueError(f"{path}: the report lacks a field FRS needs ({type(error).__name__}: {error})") from error
+        problem = f"{type(error).__name__}: {error}"
+        raise ValueError(f"{record_path}: the report lacks a field FRS needs ({problem})") from error
     intervals, source = result.get("intervals"), "report"
+    traces_file = (record.get("files") or {}).get("judged_traces")
     if not intervals:
         intervals, source = {}, "none"
-        if resamples > 0 and result.get("traces"):
+        if resamples > 0 and traces_file:
             try:
-                intervals = intervals_from_result(result, resamples=resamples, seed=seed).to_dict()["intervals"]
-            except ValueError as error:
-                raise ValueError(f"{path}: {error}") from error
+                traces = read_traces(run_dir / traces_file)
+                intervals = intervals_from_result(result, traces, resamples=resamples, seed=seed).to_dict()["intervals"]
+            except (OSError, ValueError) as error:
+                raise ValueError(f"{run_dir}: {error}") from error
             source = "traces"
     return FRSRun(
-        path=str(path),
+        path=str(run_dir),
         model=str(result["model"]),
         benchmark=str(result["dataset"]),
         k_percent=k_percent,
@@ -174,7 +188,7 @@ def compare_runs(runs: Sequence[FRSRun], k: float | None = None) -> dict[str, An
             headline Ks and no `k` is given; a report has no FRS@K for the K used.
     """
     if not runs:
-        raise ValueError("no frs.json to compare")
+        raise ValueError("no procrl frs run to compare")
     by_benchmark: dict[str, list[FRSRun]] = defaultdict(list)
     seen: dict[tuple[str, str], str] = {}
     for run in runs:
@@ -369,7 +383,7 @@ def build_comparison(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """`compare_runs` of the frs.json files at `paths` (`load_frs_run` with `resamples` and `seed`).
+    """`compare_runs` of the `procrl frs` runs at `paths` (`load_frs_run` with `resamples` and `seed`).
 
     Raises:
         FileNotFoundError, ValueError: from `load_frs_run` and `compare_runs`.
@@ -378,11 +392,10 @@ def build_comparison(
 
 
 def write_comparison(comparison: dict[str, Any], output_dir: str | Path) -> dict[str, str]:
-    """Write `frs_compare.json`, `table.md` and `frs_compare.png` into `output_dir` (created); returns their paths
-    (json, table, plot)."""
+    """Write `table.md` and `frs_compare.png` into `output_dir` (created); returns `FILES` (role -> name in
+    `output_dir`). The comparison itself is the command's result (run.json)."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / COMPARE_JSON).write_text(json.dumps(json_safe(comparison), indent=2))
-    (out / TABLE_MD).write_text(format_table(comparison))
-    plot_compare(comparison, out / PLOT_PNG)
-    return {"json": str(out / COMPARE_JSON), "table": str(out / TABLE_MD), "plot": str(out / PLOT_PNG)}
+    (out / FILES["table"]).write_text(format_table(comparison))
+    plot_compare(comparison, out / FILES["plot"])
+    return dict(FILES)

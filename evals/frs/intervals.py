@@ -28,11 +28,9 @@ sample (`_bins`) held, so the identity resample reproduces the point estimate fo
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,7 +47,6 @@ __all__ = [
     "accuracy_key",
     "frs_intervals",
     "frs_key",
-    "intervals_from_frs_json",
     "intervals_from_result",
     "metric_names",
     "point_estimates",
@@ -100,7 +97,7 @@ class FRSIntervals:
 
     def to_dict(self) -> dict[str, Any]:
         """`{"intervals": {name: [low, high] | None}, "bootstrap": {unit, resamples, confidence, seed, n_problems,
-        n_undefined}}`: the two keys `procrl frs` writes into frs.json next to `report`."""
+        n_undefined}}`: the two keys of `procrl frs`'s result next to `report`."""
         return {
             "intervals": {k: (None if v is None else [v[0], v[1]]) for k, v in self.intervals.items()},
             "bootstrap": {
@@ -241,46 +238,27 @@ def frs_intervals(
 
 def intervals_from_result(
     result: Mapping[str, Any],
+    traces: Sequence[Trace],
     *,
     resamples: int = BOOTSTRAP_RESAMPLES,
     confidence: float = 0.95,
     seed: int | None = None,
 ) -> FRSIntervals:
-    """`frs_intervals` of a `procrl frs` result (what frs.json holds): its `traces` (with their judgements, so nothing
-    is judged again) and its `settings.frs` config; `seed` None = the run's FRS seed (`settings.frs.seed`), as
-    `procrl frs` itself uses.
+    """`frs_intervals` of a `procrl frs` result (run.json's `result`) and its judged traces (`judged_traces.jsonl`,
+    `procrl.evals.frs.traces.read_traces`: with their judgements, so nothing is judged again), under the result's
+    `settings.frs` config; `seed` None = the run's FRS seed (`settings.frs.seed`), as `procrl frs` itself uses.
 
     Raises:
-        ValueError: the result has no `traces` list or no `settings.frs`, a trace or the config does not read back
-            (`Trace.from_dict`, `FRSConfig`), or the errors of `frs_intervals`.
+        ValueError: the result has no `settings.frs` or it does not read back (`FRSConfig`), or the errors of
+            `frs_intervals`.
     """
-    rows = result.get("traces") if isinstance(result, Mapping) else None
     settings = result.get("settings") if isinstance(result, Mapping) else None
-    if not isinstance(rows, list):
-        raise ValueError("not a procrl frs result: no 'traces' list (frs.json of `procrl frs`)")
     if not isinstance(settings, Mapping) or not isinstance(settings.get("frs"), Mapping):
         raise ValueError("not a procrl frs result: no 'settings.frs' (the FRS config of the run)")
     try:
-        traces = [Trace.from_dict(dict(row)) for row in rows]
         config = FRSConfig(**settings["frs"])
     except (TypeError, ValueError) as error:
-        raise ValueError(f"the frs result does not read back: {error}") from error
+        raise ValueError(f"the FRS config of the result does not read back: {error}") from error
     return frs_intervals(
         traces, config, resamples=resamples, confidence=confidence, seed=config.seed if seed is None else seed
     )
-
-
-def intervals_from_frs_json(
-    path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, confidence: float = 0.95, seed: int | None = None
-) -> FRSIntervals:
-    """`intervals_from_result` of a frs.json file (old reports get intervals without re-judging).
-
-    Raises:
-        FileNotFoundError: no such file. ValueError: not JSON, or the errors of `intervals_from_result`.
-    """
-    text = Path(path).read_text()
-    try:
-        result = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{path} is not JSON: {error}") from error
-    return intervals_from_result(result, resamples=resamples, confidence=confidence, seed=seed)

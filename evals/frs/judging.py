@@ -29,6 +29,7 @@ from procrl.judges.choices import expected_value
 
 __all__ = [
     "DIMENSIONS",
+    "JUDGE_MAX_TOKENS",
     "REPLY_FORMAT",
     "RUBRIC",
     "RUBRIC_WITHOUT_CORRECTNESS",
@@ -39,6 +40,9 @@ __all__ = [
 ]
 
 DIMENSIONS = ("faithfulness", "utility", "coherence", "factuality")
+# the FRS judge's reply budget when `judge_max_tokens` is null (procrl.judges.JudgeArguments): the JSON of the four
+# scores is ~30 tokens, so 96 leaves room without letting a looping judge run long
+JUDGE_MAX_TOKENS = 96
 
 # A score: a JSON integer from 1 to 5, nothing else (strict: no bool, no numeric string, no float such as 3.0).
 Score = Annotated[int, Field(strict=True, ge=1, le=5)]

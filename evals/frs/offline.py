@@ -1,67 +1,69 @@
 """Offline FRS of a model on a benchmark (DESIGN §4 "FRS"): the library behind `procrl frs`.
 
-`run_frs(args)` samples `args.n` traces per problem (temperature 0.7, no top-p/top-k by default) with a
-`procrl.generation` rollout engine (`generation_backend`: auto = vLLM wherever it imports, else transformers),
-takes each trace's tail confidence from the sampler's own raw (T = 1) log-probs, judges the traces FRS
-needs (`procrl.evals.frs.plan_judging`) and writes into `args.output_dir`:
+`run_frs(args, frs, judge)` samples `frs.frs_traces` traces per problem (temperature 0.7, no top-p/top-k by default)
+with a `procrl.generation` rollout engine (`generation_backend`: auto = vLLM wherever it imports, else
+transformers), takes each trace's tail confidence from the sampler's own raw (T = 1) log-probs, judges the traces
+FRS needs (`procrl.evals.frs.plan_judging`) with the judge of `judge` (`procrl.judges.JudgeArguments`; its reply
+budget defaults to `procrl.evals.frs.judging.JUDGE_MAX_TOKENS`) and returns the result (report, bootstrap
+intervals, settings, wall times) with the files it wrote into `args.output_dir` (`FILES`, role -> name, relative
+to that directory):
 
-- `frs.json`: the report (FRS@K, accuracies, selection gain, counts, judge statistics), its 95% bootstrap intervals
-  over problems (`intervals`: accuracy, accuracy@K, frs@K, selection_gain -> [low, high]; `bootstrap`: how;
-  `procrl.evals.frs.intervals`, `bootstrap_resamples` draws, 0 = none), the settings, wall times and every trace
-  (text, confidence, correctness, scores);
-- `traces.jsonl`: the sampled traces, written chunk by chunk (`generate_traces_resumable`); an interrupted run
-  started again with the same settings and engine resumes from it, and a rerun (e.g. with another judge) generates
-  nothing;
-- `frs.png`: the FRS@K curve (with the accuracy of the kept traces; their intervals as bands) and histograms of the confidence of correct and
-  incorrect traces (`plot_frs`).
+- `traces.jsonl` ("traces"): the sampled traces, written chunk by chunk (`generate_traces_resumable`); an
+  interrupted run started again with the same settings and engine resumes from it, and a rerun (e.g. with another
+  judge) generates nothing;
+- `judged_traces.jsonl` ("judged_traces"): every trace with its judgement (text, confidence, correctness, `scores`,
+  `rs`, `unscored`; with a judge that returns log-probs `expected_scores` and `rs_expected`), one JSON per line
+  (`procrl.evals.frs.traces.write_traces`);
+- `frs.png` ("plot"): the FRS@K curve (with the accuracy of the kept traces; their intervals as bands) and
+  histograms of the confidence of correct and incorrect traces (`plot_frs`).
 
-`judge: local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
-default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
-where vLLM cannot be imported, a schema-constrained `TransformersJudge` in this process; `judge: serve:transformers`
-is `transformers serve` (which ignores the schema); `judge: none` skips judging (accuracies and confidences only).
+The command puts the result into the run record (`run.json`'s `result`, the files under `files`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from procrl.generation import SamplingParams
-from procrl.judges import judge_options, open_judge
-from procrl.evals.frs import FRSConfig, compute_frs
+from procrl.evals.frs import FRSArguments, compute_frs
 from procrl.evals.frs.intervals import accuracy_key, frs_intervals, frs_key
+from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
 from procrl.evals.frs.sampling import generate_traces_resumable, select_traces
+from procrl.evals.frs.traces import write_traces
 from procrl.evals.offline import OfflineSamplingConfig, load_rows, load_setup
 from procrl.evals.selection import cache_paths, read_select_run
-from procrl.utils import get_logger, json_safe
+from procrl.generation import SamplingParams
+from procrl.judges import JudgeArguments
+from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["OfflineFRSConfig", "plot_frs", "run_frs", "with_select_settings"]
+__all__ = ["FILES", "OfflineFRSConfig", "plot_frs", "run_frs", "with_select_settings"]
 
-# the settings that make two runs' traces the same (the first line of traces.jsonl)
-TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "n", "temperature", "top_p", "top_k",
+# what `run_frs` writes into the output directory: role -> file name
+FILES = {"traces": "traces.jsonl", "judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
+# the settings that make two runs' traces the same (the first line of traces.jsonl; plus the traces per problem)
+TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "temperature", "top_p", "top_k",
                   "max_new_tokens", "batch_size", "seed")  # fmt: skip
-# the settings a `--traces-from` select report gives the run (its policy, data slice and sampling)
-SELECT_SETTINGS = ("model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p",
+# the settings a `--traces-from` select report gives the run (its policy, data slice and sampling; its `n` is the
+# number of traces per problem, `frs_traces`)
+SELECT_SETTINGS = ("model", "dataset", "split", "start", "end", "prompt_template", "temperature", "top_p",
                    "max_new_tokens", "batch_size", "seed", "generation_backend")  # fmt: skip
 
 
 @dataclass
 class OfflineFRSConfig(OfflineSamplingConfig):
-    """Settings of `procrl frs` (parsed by `TrlParser` in `procrl/scripts/frs.py`; flags `--k-values` or
-    `--k_values` alike): the policy, problem slice and sampling of `OfflineSamplingConfig` (with FRS's defaults
-    and help texts: gsm8k[0:50], traces), then the FRS settings.
+    """The sampling settings of `procrl frs` (parsed by `TrlParser` in `procrl/scripts/frs.py` beside
+    `procrl.evals.frs.FRSArguments` and `procrl.judges.JudgeArguments`; flags dashed or underscored alike): the
+    policy, problem slice and sampling of `OfflineSamplingConfig` (with FRS's defaults and help texts: gsm8k[0:50]),
+    then top-k, the bootstrap, `--traces-from` and the output directory.
 
     Raises:
-        ValueError: (on construction) `k_values` is not comma-separated numbers; `n`, `batch_size` or
-            `max_new_tokens` < 1 or `temperature` <= 0; the FRS settings are invalid (`FRSConfig`: K values are
-            percentages in (0, 100], ...); or a bad `generation_backend` / `vllm_kv_cache_gib`.
+        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, `temperature` <= 0, a bad
+            `generation_backend` / `vllm_kv_cache_gib` (`OfflineSamplingConfig`), or `bootstrap_resamples` < 0.
     """
 
     # the shared fields whose default or help differs from `OfflineSamplingConfig` (they keep its field order)
@@ -70,46 +72,7 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     max_new_tokens: int = field(default=256, metadata={"help": "token budget of one trace"})
     batch_size: int = field(default=32, metadata={"help": "traces per generate call"})
     seed: int = field(default=0, metadata={"help": "sampling seed and FRS hash seed"})
-    # the FRS settings
-    n: int = field(default=16, metadata={"help": "traces per problem"})
-    k: float = field(default=10, metadata={"help": "K of the headline FRS (top K%% most confident traces)"})
-    k_values: str = field(default="10,20,30,40,50", metadata={"help": "K values of the FRS@K curve (comma-separated)"})
-    judge: str = field(
-        default="local",
-        metadata={
-            "help": "'local' / 'local:<model>' (vLLM's OpenAI server, schema enforced), 'serve:transformers[:<model>]', "
-            "'transformers:<model>' (in-process, constrained), a URL, or 'none'"
-        },
-    )
-    judge_concurrency: int = field(default=8, metadata={"help": "judge requests in flight at once"})
-    judge_max_tokens: int = field(
-        default=96, metadata={"help": "token budget of one judge reply (the JSON of four scores is ~30 tokens)"}
-    )
-    judge_timeout: float = field(
-        default=600,
-        metadata={
-            "help": "seconds one judge request may take, queueing in the server included (a loaded CPU server can "
-            "take minutes for a queue of 8)"
-        },
-    )
-    judge_cache_dir: str | None = field(
-        default=None, metadata={"help": "on-disk judge cache (default: <output-dir>/judge_cache)"}
-    )
-    judge_sees_correctness: bool = field(
-        default=True,
-        metadata={
-            "help": 'show the judge the final-answer check {"final_correct": ...}; false drops it from the prompt'
-        },
-    )
-    estimator: Literal["topk", "bins"] = field(default="topk", metadata={"help": "exact top-K, or the paper's bins"})
-    n_bins: int = field(default=10, metadata={"help": "bins of the bin estimator"})
-    max_per_bin: int = field(default=50, metadata={"help": "judged traces per bin (bin estimator)"})
-    random_baseline: Literal["sample", "mean"] = field(
-        default="sample",
-        metadata={
-            "help": "selection gain's RS(random): one seeded random trace, or the mean over the question's traces"
-        },
-    )
+    # FRS's own
     top_k: int = field(default=0, metadata={"help": "top-k sampling (0 = off)"})
     bootstrap_resamples: int = field(
         default=1000,
@@ -126,62 +89,43 @@ class OfflineFRSConfig(OfflineSamplingConfig):
             "run), so best-of-N and FRS share one sample set"
         },
     )
-    output_dir: str = field(default="outputs/frs", metadata={"help": "where frs.json and frs.png go"})
+    output_dir: str = field(
+        default="outputs/frs", metadata={"help": "where run.json, traces.jsonl, judged_traces.jsonl and frs.png go"}
+    )
 
     def __post_init__(self) -> None:
-        self.frs_config()  # raises on invalid settings, with procrl frs's messages (not OfflineSamplingConfig's)
+        super().__post_init__()
         if self.bootstrap_resamples < 0:
             raise ValueError(f"--bootstrap-resamples must be >= 0 (0 = no intervals), got {self.bootstrap_resamples}")
-        problems = self.engine_problems()
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    def k_value_list(self) -> tuple[float, ...]:
-        """`k_values` parsed ("10,20" -> (10.0, 20.0); empty items skipped)."""
-        try:
-            return tuple(float(k) for k in self.k_values.split(",") if k.strip())
-        except ValueError:
-            raise ValueError(
-                f"--k-values must be comma-separated numbers, got {self.k_values!r} (e.g. --k-values 10,20,30,40,50)"
-            ) from None
-
-    def frs_config(self) -> FRSConfig:
-        """The FRS settings of the run (`procrl.evals.frs.FRSConfig`).
-
-        Raises:
-            ValueError: see the class docstring.
-        """
-        k_values = self.k_value_list()
-        if self.n < 1 or self.batch_size < 1 or self.max_new_tokens < 1 or self.temperature <= 0:
-            raise ValueError(
-                "--n, --batch-size and --max-new-tokens must be >= 1 and --temperature > 0, got "
-                f"{self.n}, {self.batch_size}, {self.max_new_tokens} and {self.temperature}"
-            )
-        return FRSConfig(
-            k_percent=self.k,
-            k_values=k_values,
-            estimator=self.estimator,
-            n_bins=self.n_bins,
-            max_per_bin=self.max_per_bin,
-            random_baseline=self.random_baseline,
-            seed=self.seed,
-            judge_sees_correctness=self.judge_sees_correctness,
-        )
 
 
-def run_frs(args: OfflineFRSConfig) -> dict:
-    """Generate, judge, write frs.json and frs.png; returns what frs.json holds, plus `paths` (json, plot)."""
-    config = args.frs_config()
+def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) -> tuple[dict, dict[str, str]]:
+    """Generate, judge, bootstrap; write the traces, the judged traces and the plot (module docstring).
+
+    Returns:
+        `(result, files)`: the result (`model`, `dataset`, `settings`, `report` (`FRSReport.to_dict()`),
+        `intervals` and `bootstrap` (`procrl.evals.frs.intervals`; None with `bootstrap_resamples` 0),
+        `wall_time_s`, `mean_trace_tokens`, `truncated_frac`) and the files written (`FILES`: role -> name in
+        `args.output_dir`; "traces" only when this run sampled).
+
+    Raises:
+        ValueError: a `--traces-from` report that does not read or does not match the data slice.
+        RuntimeError: a local judge server that did not start.
+    """
+    if args.traces_from:
+        args, frs = with_select_settings(args, frs)
+    config = frs.frs_config(seed=args.seed)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    files = dict(FILES)
     t0 = time.perf_counter()
     if args.traces_from:
-        args = with_select_settings(args)
         t_gen = time.perf_counter()
         dataset = load_rows(args)
         traces = select_traces(args.traces_from, dataset, tail_fraction=config.tail_fraction)
         with cache_paths(args.traces_from)[0].open() as handle:  # select_traces has read it: it exists
             traces_engine = json.loads(handle.readline()).get("settings", {}).get("engine")
+        del files["traces"]  # nothing sampled
     else:
         setup = load_setup(args)  # the problems and the policy's float32 rollout engine
         dataset, engine = setup.dataset, setup.engine
@@ -190,11 +134,11 @@ def run_frs(args: OfflineFRSConfig) -> dict:
         )
         t_gen = time.perf_counter()
         traces = generate_traces_resumable(
-            out / "traces.jsonl",
-            {key: getattr(args, key) for key in TRACE_SETTINGS},
+            out / FILES["traces"],
+            {**{key: getattr(args, key) for key in TRACE_SETTINGS}, "traces": frs.frs_traces},
             engine,
             dataset,
-            n_traces=args.n,
+            n_traces=frs.frs_traces,
             params=params,
             batch_size=args.batch_size,
             tail_fraction=config.tail_fraction,
@@ -206,15 +150,8 @@ def run_frs(args: OfflineFRSConfig) -> dict:
     generation_s = time.perf_counter() - t_gen
 
     t_judge = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        judge = None
-        if args.judge.lower() != "none":
-            cache_dir = args.judge_cache_dir or str(out / "judge_cache")
-            options = judge_options(args.judge, max_tokens=args.judge_max_tokens, timeout_s=args.judge_timeout)
-            judge = stack.enter_context(
-                open_judge(args.judge, cache_dir=cache_dir, max_concurrency=args.judge_concurrency, **options)
-            )
-        report = compute_frs(traces, judge, config, progress=not args.no_progress)
+    with judge.open(output_dir=out, default_max_tokens=JUDGE_MAX_TOKENS) as opened:
+        report = compute_frs(traces, opened, config, progress=not args.no_progress)
     judge_s = time.perf_counter() - t_judge
     t_boot = time.perf_counter()
     bootstrap = {"intervals": None, "bootstrap": None}
@@ -226,15 +163,15 @@ def run_frs(args: OfflineFRSConfig) -> dict:
         "model": args.model,
         "dataset": f"{args.dataset}[{args.start}:{args.start + len(dataset)}]",
         "settings": {
-            "n_traces": args.n,
+            "n_traces": frs.frs_traces,
             "temperature": args.temperature,
             "top_p": args.top_p,
             "top_k": args.top_k,
             "max_new_tokens": args.max_new_tokens,
             "seed": args.seed,
-            "judge": args.judge,
-            "judge_max_tokens": args.judge_max_tokens,
-            "judge_timeout_s": args.judge_timeout,
+            "judge": judge.judge,
+            "judge_max_tokens": judge.judge_max_tokens or JUDGE_MAX_TOKENS,
+            "judge_timeout_s": judge.judge_timeout_s,
             "batch_size": args.batch_size,
             "prompt_template": args.prompt_template,
             "generation_backend": args.generation_backend,
@@ -254,18 +191,17 @@ def run_frs(args: OfflineFRSConfig) -> dict:
         "truncated_frac": (
             sum(1 for t in traces if t.num_tokens >= args.max_new_tokens) / len(traces) if traces else None
         ),
-        "traces": [t.to_dict() for t in traces],
     }
-    (out / "frs.json").write_text(json.dumps(json_safe(result), indent=2))
-    title = f"{args.model} on {result['dataset']}, {args.n} traces/problem"
-    plot_frs(report, traces, out / "frs.png", title=title, intervals=bootstrap["intervals"])
-    result["paths"] = {"json": str(out / "frs.json"), "plot": str(out / "frs.png")}
-    return result
+    write_traces(out / FILES["judged_traces"], traces)
+    title = f"{args.model} on {result['dataset']}, {frs.frs_traces} traces/problem"
+    plot_frs(report, traces, out / FILES["plot"], title=title, intervals=bootstrap["intervals"])
+    return result, files
 
 
-def with_select_settings(args: OfflineFRSConfig) -> OfflineFRSConfig:
+def with_select_settings(args: OfflineFRSConfig, frs: FRSArguments) -> tuple[OfflineFRSConfig, FRSArguments]:
     """`args` with the policy, data slice, sampling settings and seed of its `traces_from` select report
-    (`SELECT_SETTINGS`; top-k off, as `procrl select` samples); settings the flags gave otherwise are logged.
+    (`SELECT_SETTINGS`; top-k off, as `procrl select` samples), and `frs` with its samples per problem (`n`) as
+    `frs_traces`; settings the flags gave otherwise are logged.
 
     Raises:
         ValueError: the report is unreadable or has no `settings` (not a `procrl select` report).
@@ -273,13 +209,15 @@ def with_select_settings(args: OfflineFRSConfig) -> OfflineFRSConfig:
     try:
         settings = read_select_run(args.traces_from)["settings"]
         changes = {key: settings[key] for key in SELECT_SETTINGS if key in settings}
-    except (ValueError, KeyError, TypeError) as err:
+        traces = int(settings.get("n", frs.frs_traces))
+    except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"--traces-from {err}") from None
     changes["top_k"] = 0
-    for key, value in changes.items():
-        if getattr(args, key) != value:
-            logger.info("frs: %s = %r from --traces-from (not %r)", key, value, getattr(args, key))
-    return dataclasses.replace(args, **changes)
+    for key, value in [*changes.items(), ("frs_traces", traces)]:
+        current = getattr(frs if key == "frs_traces" else args, key)
+        if current != value:
+            logger.info("frs: %s = %r from --traces-from (not %r)", key, value, current)
+    return dataclasses.replace(args, **changes), dataclasses.replace(frs, frs_traces=traces)
 
 
 def plot_frs(report, traces, path: str | Path, title: str = "", intervals: dict | None = None) -> Path:
@@ -291,7 +229,7 @@ def plot_frs(report, traces, path: str | Path, title: str = "", intervals: dict 
         traces: the `Trace`s it was computed from (`correct`, `confidence`).
         path: the PNG to write (110 dpi).
         title: the figure's title.
-        intervals: `frs.json`'s `intervals` (name -> [low, high] or None, `procrl.evals.frs.intervals`); each
+        intervals: the result's `intervals` (name -> [low, high] or None, `procrl.evals.frs.intervals`); each
             curve gets a band over the Ks that have an interval. None: no bands.
 
     Returns:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from procrl.evals.frs import Trace, tail_confidence_from_logps
+from procrl.evals.selection import cache_paths, read_select_run
 from procrl.generation import (
     RolloutEngine,
     SamplingParams,
@@ -30,9 +32,7 @@ from procrl.generation import (
     generate_completions,
     render_prompts,
 )
-from procrl.evals.frs import Trace, tail_confidence_from_logps
 from procrl.rewards.outcome import is_correct
-from procrl.evals.selection import cache_paths, read_select_run
 from procrl.utils import get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)

@@ -7,16 +7,23 @@ A judged trace keeps two readings of the judge: `scores`, the four validated int
 `selection_gain` / `rs_auc` from RS, and `at_k_expected` / `score_expected` / `selection_gain_expected` /
 `rs_expected_auc` from RS_expected (None unless every scored trace has expected scores; `n_scored_without_probs`
 counts those that do not).
+
+`write_traces` / `read_traces` keep judged traces in a JSONL file, one `Trace.to_dict()` per line (`procrl frs`'s
+`judged_traces.jsonl`).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from procrl.evals.frs.judging import reasoning_score
+from procrl.utils import json_safe
 
-__all__ = ["DEFAULT_K_VALUES", "FRSConfig", "FRSReport", "Trace"]
+__all__ = ["DEFAULT_K_VALUES", "FRSConfig", "FRSReport", "Trace", "read_traces", "write_traces"]
 
 DEFAULT_K_VALUES = (10, 20, 30, 40, 50)
 
@@ -229,3 +236,28 @@ class FRSReport:
             "mean_confidence": self.mean_confidence,
         }
         return {f"{prefix}{k}": float(v) for k, v in values.items() if v is not None}
+
+
+def write_traces(path: str | Path, traces: Iterable[Trace]) -> Path:
+    """Write `traces` to `path` as JSONL, one `Trace.to_dict()` per line (NaN / inf as null); returns the path."""
+    path = Path(path)
+    path.write_text("".join(json.dumps(json_safe(t.to_dict())) + "\n" for t in traces))
+    return path
+
+
+def read_traces(path: str | Path) -> list[Trace]:
+    """The traces `write_traces` wrote (blank lines skipped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line that is not JSON or not a trace (the message names the file and the line).
+    """
+    traces = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            traces.append(Trace.from_dict(json.loads(line)))
+        except (ValueError, TypeError, AttributeError) as error:
+            raise ValueError(f"{path}:{number} is not an FRS trace ({type(error).__name__}: {error})") from None
+    return traces

@@ -29,8 +29,8 @@ Backends:
 The modules, by job: `parse` (the first JSON object of a reply, validated against the schema; a repeated key is
 "duplicate_key"), `cache` (one JSON file per validated judgement, keyed by `request_cache_key`), `base`
 (`JudgeResult`, `JudgeStats`, the `Judge` interface), `client`, `local`, `server` (the backends above) and `spec`
-(`open_judge`, one entry point for commands, and `judge_options`, the keywords a command's judge settings become).
-Until procrl 0.3, `procrl.rewards.judges` re-exports these names with a `DeprecationWarning`.
+(`JudgeArguments`, the judge settings every command parses, whose `open` is how a command opens its judge;
+`open_judge`, the judge of a spec; and `judge_options`, the keywords the settings become).
 """
 
 from procrl.judges.base import Judge, JudgeResult, JudgeStats
@@ -39,7 +39,7 @@ from procrl.judges.client import DEFAULT_API_KEY_ENV, OpenAICompatibleJudge, lis
 from procrl.judges.local import TransformersJudge
 from procrl.judges.parse import DuplicateKeyError, extract_json_object, parse_judgement
 from procrl.judges.server import JudgeServer
-from procrl.judges.spec import judge_options, open_judge
+from procrl.judges.spec import NO_JUDGE, JudgeArguments, judge_options, open_judge
 
 __all__ = [
     "JudgeResult",
@@ -48,6 +48,8 @@ __all__ = [
     "OpenAICompatibleJudge",
     "TransformersJudge",
     "JudgeServer",
+    "JudgeArguments",
+    "NO_JUDGE",
     "open_judge",
     "judge_options",
     "request_cache_key",

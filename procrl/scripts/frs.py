@@ -1,36 +1,40 @@
-"""`procrl frs`: the Filtered Reasoning Score of a model on a benchmark, offline (DESIGN §4 "FRS").
+"""`procrl frs`: the Filtered Reasoning Score of a model on a benchmark, offline (DESIGN §4 "FRS"); and
+`procrl frs compare`: models ranked by accuracy and by FRS@K, from such runs.
 
-    procrl frs --model default --dataset gsm8k --start 0 --end 50 --n 16 --k 10 --judge local
-    procrl frs --model <name|path> --dataset gsm8k --n 16 --k 10 --judge http://127.0.0.1:8000/v1 --output-dir out/frs
-    python -m procrl.scripts.frs --config frs.yaml --n 4      # the same; flags override the YAML's keys
+    procrl frs --model default --dataset gsm8k --start 0 --end 50 --frs-traces 16 --frs-k-percent 10 --judge local
+    procrl frs --model <name|path> --judge http://127.0.0.1:8000/v1 --output-dir out/frs
+    procrl frs --config frs.yaml --frs-traces 4           # a YAML of these keys (the frs_* / judge* keys of a GRPO
+                                                         # config mean the same); flags override it
+    procrl frs compare out/frs_a out/frs_b --output-dir out/frs_compare [--k 20]
+    procrl frs compare --help                            # the flags of the comparison
 
-Samples `--n` traces per problem (temperature 0.7, no top-p/top-k by default) with procrl's batched generation,
-takes each trace's tail confidence from the generation's own raw logits, judges the traces FRS needs
-(`procrl.evals.frs.plan_judging`) and writes into `--output-dir`:
+Measure (`procrl frs [flags]`). Samples `--frs-traces` traces per problem (temperature 0.7, no top-p/top-k by
+default) with procrl's batched generation, takes each trace's tail confidence from the generation's own raw
+logits, judges the traces FRS needs (`procrl.evals.frs.plan_judging`) and writes into `--output-dir`:
 
-- `frs.json`: the report (FRS@K, accuracies, selection gain, `rs_auc`, counts, judge statistics), its 95%
-  bootstrap intervals over problems (`intervals`: `accuracy`, `accuracy@K`, `frs@K`, `selection_gain` ->
-  [low, high]; `bootstrap`: draws, seed, problems; `--bootstrap-resamples`, default 1000, 0 = none; no extra
-  judging: each resample re-ranks its traces and re-selects the top K%), the settings, wall times and every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
-  log-probs also `expected_scores` and `rs_expected`);
+- `run.json`: the run record (`procrl.experiment.tracking`): settings, git state, versions, machine, wall time;
+  `result`: the report (FRS@K, accuracies, selection gain, `rs_auc`, counts, judge statistics), its 95% bootstrap
+  intervals over problems (`intervals`: `accuracy`, `accuracy@K`, `frs@K`, `selection_gain` -> [low, high];
+  `bootstrap`: draws, seed, problems; `--bootstrap-resamples`, default 1000, 0 = none; no extra judging: each
+  resample re-ranks its traces and re-selects the top K%), the settings and wall times; `metrics`: `frs/score`
+  (FRS@K of `--frs-k-percent`), `frs/at_k/<K>`, `frs/accuracy`, `frs/selection_gain`, `frs/rs_auc`, `frs/judged`,
+  `frs/unscored`, ... (`FRSReport.metrics`) and the intervals `frs/ci/<name>/low|high`; `files`: the files below.
+  Also to wandb with `--report-to wandb`;
 - `traces.jsonl`: the sampled traces, written chunk by chunk; an interrupted run started again with the same
   settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
-- `frs.png`: the FRS@K curve (with the accuracy of the kept traces; the intervals as bands) and histograms of the confidence of correct and
-  incorrect traces;
-- `run.json`: the run record (`procrl.experiment.tracking`): settings, git state, versions, machine, wall time and the headline
-  metrics `frs/score` (FRS@K of `--k`), `frs/at_k/<K>`, `frs/accuracy`, `frs/selection_gain`, `frs/rs_auc`,
-  `frs/judged`, `frs/unscored`, ... (`FRSReport.metrics`) and the intervals `frs/ci/<name>/low|high`; also to
-  wandb with `--report-to wandb`.
+- `judged_traces.jsonl`: every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
+  log-probs also `expected_scores` and `rs_expected`);
+- `frs.png`: the FRS@K curve (with the accuracy of the kept traces; the intervals as bands) and histograms of the
+  confidence of correct and incorrect traces.
 
-Intervals for an frs.json written without them (an older run): `procrl.evals.frs.intervals.
-intervals_from_frs_json(path)` (from its traces, nothing judged again); `procrl frs-compare` does it itself.
-
-`--judge local` starts the embedded judge server for the run and stops it afterwards: vLLM's OpenAI server on the
-default model (127.0.0.1; the reply's schema enforced, each score also read as a probability distribution), or,
-where vLLM cannot be imported, a schema-constrained transformers judge in this process; `--judge serve:transformers`
-is `transformers serve` (which ignores the schema); `--judge none` skips judging (accuracies and confidences only).
-Flags are dashed or underscored alike (`--k-values` = `--k_values`). The library: `procrl.evals.frs.offline`
-(`run_frs`).
+The judge (`--judge`, `--judge-max-tokens`, ...: `procrl.judges.JudgeArguments`, the same keys as GRPO's): `local`
+starts the embedded judge server for the run and stops it afterwards (vLLM's OpenAI server on the default model,
+127.0.0.1; the reply's schema enforced, each score also read as a probability distribution; where vLLM cannot be
+imported, a schema-constrained transformers judge in this process); `serve:transformers` is `transformers serve`
+(which ignores the schema); `none` skips judging (accuracies and confidences only). The reply budget is 96 tokens
+unless `--judge-max-tokens` says otherwise. The FRS settings (`--frs-*`: `procrl.evals.frs.FRSArguments`) are the
+keys a GRPO config's FRS callback reads too. Flags are dashed or underscored alike (`--frs-k-values` =
+`--frs_k_values`). The library: `procrl.evals.frs.offline` (`run_frs`).
 
 What the report holds besides FRS@K (`procrl.evals.frs.FRSReport`):
 
@@ -39,48 +43,177 @@ What the report holds besides FRS@K (`procrl.evals.frs.FRSReport`):
   gain come from both (`at_k` / `at_k_expected`, ...), the RS_expected ones only when every scored trace has
   probabilities (`n_scored_without_probs` counts those without);
 - `rs_auc` / `rs_expected_auc`: the AUC of RS for correct vs incorrect final answers over the scored traces
-  (Mann-Whitney, ties 1/2; None when a class is empty). `--judge-sees-correctness false` drops the line
+  (Mann-Whitney, ties 1/2; None when a class is empty). `--frs-judge-sees-correctness false` drops the line
   `{"final_correct": ...}` from the judge's prompt (its judge cache entries differ, the traces need not): run
   both on the same traces (copy `traces.jsonl` into the second output dir) to see whether RS carries more than
   the flag it is given;
 - unscored judgements by reason (`unscored`).
 
-    procrl frs --model default --end 50 --n 16 --judge local --output-dir out/frs            # the judge sees the flag
+    procrl frs --model default --end 50 --judge local --output-dir out/frs            # the judge sees the flag
     mkdir -p out/frs_noflag && cp out/frs/traces.jsonl out/frs_noflag/
-    procrl frs --model default --end 50 --n 16 --judge local --output-dir out/frs_noflag --judge-sees-correctness false
+    procrl frs --model default --end 50 --judge local --output-dir out/frs_noflag --frs-judge-sees-correctness false
+
+Compare (`procrl frs compare RUN_DIR... --output-dir D`; issue 17). Reads the run.json of each `procrl frs` run
+(one row per (model, benchmark): the result's `model` and `dataset`), takes its accuracy, top-K% accuracy, FRS@K
+and selection gain with their 95% bootstrap intervals over problems (the result's `intervals`; a run without them
+gets them from its judged traces here, nothing judged again, `--bootstrap-resamples` draws), and per benchmark
+ranks the models by accuracy and by FRS@K (`--k`, default the runs' headline K). For every pair of models it says
+whether the two rankings invert (point estimates), whether each pair of intervals overlaps, whether the inversion
+holds beyond the intervals (neither pair overlaps), and whether FRS separates the pair where accuracy cannot
+(accuracy intervals overlap, FRS@K intervals do not). Writes into `--output-dir` `table.md` (the table, `value
+[lo, hi]`, and per benchmark the ranks and the pairs; also printed), `frs_compare.png` (FRS@K against K, a line
+per model with its interval as a band, a panel per benchmark) and `run.json` (command "frs compare"; `result`: the
+comparison, `procrl.evals.frs.compare.compare_runs`; `metrics`: `frs_compare/runs`, `.../pairs`, `.../inverted`,
+`.../inverted_beyond_intervals`, `.../frs_separates`, counts of pairs). A missing or unfinished run, two runs of the
+same (model, benchmark), or a K a run lacks: one error line, exit status 2, nothing written. The library:
+`procrl.evals.frs.compare`.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
 from trl import TrlParser
 
-from procrl.evals.frs import FRSReport
+from procrl.evals.frs import FRSArguments, FRSReport
+from procrl.evals.frs.compare import build_comparison, format_table, write_comparison
 from procrl.evals.frs.intervals import accuracy_key, frs_key
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.evals.stats import format_estimate
-from procrl.experiment.tracking import TrackingArguments, track_run
 from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
+from procrl.evals.stats import BOOTSTRAP_RESAMPLES, format_estimate
+from procrl.experiment.tracking import RUN_FILE, TrackingArguments, numeric_metrics, track_run
+from procrl.judges import JudgeArguments
+from procrl.scripts._common import (
+    EXIT_USAGE,
+    HelpFormatter,
+    bare_words_as_flag,
+    configure_logging,
+    parse_or_exit,
+    usage_error,
+)
+
+__all__ = ["FRSCompareArguments", "main", "make_compare_parser", "make_parser", "runs_as_flag"]
+
+COMPARE = "compare"  # the first word of the comparison mode
+COMPARE_PROG = "procrl frs compare"
+# the comparison's flags whose next word is their value (so it is not taken for a run directory)
+_VALUE_FLAGS = {
+    f"--{name}{sep}{rest}"
+    for name, rest in (("output", "dir"), ("bootstrap", "resamples"), ("report", "to"))
+    for sep in ("-", "_")
+} | {"--k", "--seed", "--config"}
+
+
+@dataclass
+class FRSCompareArguments:
+    """The flags of `procrl frs compare` (module docstring)."""
+
+    runs: list[str] = field(
+        default_factory=list, metadata={"help": "output directories of `procrl frs` runs (or their run.json)"}
+    )
+    output_dir: str | None = field(
+        default=None, metadata={"help": "where table.md, frs_compare.png and run.json go"}
+    )
+    k: float | None = field(
+        default=None, metadata={"help": "rank by FRS@K of this K (percent); default: the runs' headline K"}
+    )
+    bootstrap_resamples: int = field(
+        default=BOOTSTRAP_RESAMPLES,
+        metadata={"help": "bootstrap draws for a run without intervals (from its judged traces); 0 = leave it without"},
+    )
+    seed: int | None = field(
+        default=None, metadata={"help": "seed of those draws; default: each run's FRS seed (as procrl frs uses)"}
+    )
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("give at least one run: procrl frs compare RUN_DIR_A RUN_DIR_B --output-dir DIR")
+        if not self.output_dir:
+            raise ValueError("--output-dir DIR is required (where table.md and run.json go)")
+        if self.k is not None and not 0 < self.k <= 100:
+            raise ValueError(f"--k must be a percentage in (0, 100], got {self.k:g}")
+        if self.bootstrap_resamples < 0:
+            raise ValueError(f"--bootstrap-resamples must be >= 0 (0 = none), got {self.bootstrap_resamples}")
 
 
 def make_parser() -> TrlParser:
-    """`TrlParser` over `OfflineFRSConfig` and `TrackingArguments` (`--report-to`): `--config x.yaml` sets the
-    defaults, flags (dashed or underscored) override."""
+    """The parser of `procrl frs` (measuring): `OfflineFRSConfig` (policy, problems, sampling, bootstrap, output),
+    `FRSArguments` (`--frs-*`), `JudgeArguments` (`--judge*`) and `TrackingArguments` (`--report-to`);
+    `--config x.yaml` sets the defaults, flags (dashed or underscored) override."""
     return TrlParser(
-        (OfflineFRSConfig, TrackingArguments), prog="procrl frs", description=__doc__, formatter_class=HelpFormatter
+        (OfflineFRSConfig, FRSArguments, JudgeArguments, TrackingArguments),
+        prog="procrl frs",
+        description=__doc__,
+        formatter_class=HelpFormatter,
     )
 
 
+def make_compare_parser() -> TrlParser:
+    """The parser of `procrl frs compare`: `FRSCompareArguments` and `TrackingArguments` (`--report-to`); the run
+    directories may be given bare: `procrl frs compare A B --output-dir D`."""
+    return TrlParser(
+        (FRSCompareArguments, TrackingArguments), prog=COMPARE_PROG, description=__doc__, formatter_class=HelpFormatter
+    )
+
+
+def runs_as_flag(argv: list[str]) -> list[str]:
+    """`argv` with the bare words (not a flag's value) gathered into `--runs ...` at the front.
+
+    >>> runs_as_flag(["out/a", "--k", "20", "out/b", "--output-dir", "d"])
+    ['--runs', 'out/a', 'out/b', '--k', '20', '--output-dir', 'd']
+    >>> runs_as_flag(["a", "--bogus", "1"])  # an unknown flag keeps its value: the parser reports both
+    ['--runs', 'a', '--bogus', '1']
+    """
+    return bare_words_as_flag(argv, "--runs", tuple(_VALUE_FLAGS))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run `procrl frs`; returns the exit status (0 on success, 2 on bad arguments)."""
+    """Run `procrl frs` (or, with the first word `compare`, `procrl frs compare`); returns the exit status (0 on
+    success, 2 on bad arguments or, comparing, bad runs)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == [COMPARE]:
+        return compare(argv[1:])
     configure_logging()
-    parsed = parse_or_exit(make_parser(), argv)  # OfflineFRSConfig.__post_init__, an unknown flag or --config key
+    parsed = parse_or_exit(make_parser(), argv)  # the dataclasses' __post_init__, an unknown flag or --config key
+    if parsed is None:
+        return EXIT_USAGE
+    args, frs, judge, tracking = parsed
+    with track_run(args.output_dir, command="frs", argv=argv, configs=parsed, report_to=tracking.report_to) as run:
+        result, files = run_frs(args, frs, judge)
+        run.metrics = run_metrics(result)
+        run.result, run.files = result, files
+    print_summary(result)
+    out = Path(args.output_dir)
+    print(f"run record: {out / RUN_FILE}")
+    for role, name in files.items():
+        print(f"{role.replace('_', ' ')}: {out / name}")
+    return 0
+
+
+def compare(argv: list[str]) -> int:
+    """Run `procrl frs compare` (module docstring); returns the exit status (0, or 2 on bad arguments or runs)."""
+    parsed = parse_or_exit(make_compare_parser(), runs_as_flag(argv))
     if parsed is None:
         return EXIT_USAGE
     args, tracking = parsed
-    with track_run(args.output_dir, command="frs", argv=argv, configs=parsed, report_to=tracking.report_to) as record:
-        result = run_frs(args)
-        record.metrics = run_metrics(result)
-    print_summary(result)
+    configure_logging()
+    try:  # every run is read and checked before anything is written
+        comparison = build_comparison(args.runs, k=args.k, resamples=args.bootstrap_resamples, seed=args.seed)
+    except (FileNotFoundError, ValueError) as error:
+        return usage_error(COMPARE_PROG, error)
+    argv = [COMPARE, *argv]
+    with track_run(
+        args.output_dir, command="frs compare", argv=argv, configs=parsed, report_to=tracking.report_to
+    ) as run:
+        files = write_comparison(comparison, args.output_dir)
+        run.metrics = numeric_metrics(comparison["counts"], "frs_compare/")
+        run.result, run.files = comparison, files
+    print(format_table(comparison), end="")
+    out = Path(args.output_dir)
+    print(f"run record: {out / RUN_FILE}")
+    for role, name in files.items():
+        print(f"{role}: {out / name}")
     return 0
 
 
@@ -104,8 +237,8 @@ def run_metrics(result: dict) -> dict[str, float]:
 def print_summary(result: dict) -> None:
     """The few lines people read: FRS@K (from RS and, when every scored trace has probabilities, RS_expected),
     accuracies, selection gain (each with its bootstrap interval `[low, high]` when the result has one), the AUC of
-    RS for correct vs incorrect traces, judge counts, wall times, the output paths; "–" for an undefined value
-    (e.g. FRS@K with no kept trace scored)."""
+    RS for correct vs incorrect traces, judge counts and wall times; "–" for an undefined value (e.g. FRS@K with no
+    kept trace scored)."""
     report = result["report"]
     intervals = result.get("intervals") or {}
 
@@ -158,8 +291,6 @@ def print_summary(result: dict) -> None:
     print(
         f"wall time: generation {wall['generation']:.0f} s, judging {wall['judging']:.0f} s, total {wall['total']:.0f} s"
     )
-    for key, label in (("json", "report"), ("plot", "plot")):
-        print(f"{label}: {result['paths'][key]}")
 
 
 if __name__ == "__main__":

@@ -17,15 +17,18 @@ same steps (all-NONE; all-IE, which flags every step: the Q-F1 inflation check; 
 mean over `--baseline-draws` seeded draws) and the paper's reference row (sF1 72.0, Q-F1 81.2, BA 60.6, strong judge;
 a constant). Every row but the paper's shows `value [low, high]`: the 95% percentile bootstrap interval over QUESTIONS
 (`--bootstrap-resamples`, default 1000, the same resamples for every row, seeded by `--seed`; 0 = no intervals;
-`procrl.evals.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of metrics.json.
-Writes `metrics.json` (the summary, the metrics of every variant and baseline), `table.md` (the same table in
-Markdown), `metrics.png` (each metric of every row with its interval, `procrl.evals.stepgap.plot`),
+`procrl.evals.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of the result.
+Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`; `result`: the summary and the
+metrics of every variant and baseline; `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`,
+`stepgap/typed_macro_f1`, step precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with
+`--llm-only` `stepgap/llm_only/<metric>`, `stepgap/label_distribution/<label>`, the counts and
+`stepgap/judge_unscored`; `files`: the files below; also to wandb with `--report-to wandb`), `table.md` (the table
+in Markdown), `metrics.png` (each metric of every row with its interval, `procrl.evals.stepgap.plot`) and
 `labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only` each
-LLM-only row's label and the raw reply to the full LLM-only prompt) and the run record `run.json`
-(`procrl.experiment.tracking`; the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
-precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
-`stepgap/label_distribution/<label>`, the counts and `stepgap/judge_unscored`; also to wandb with `--report-to wandb`)
-into `--output-dir`. Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed
+LLM-only row's label and the raw reply to the full LLM-only prompt). The judge (`--judge`, `--judge-model`,
+`--judge-max-tokens` (default 512), `--judge-concurrency`, `--judge-timeout-s`, `--judge-cache-dir`,
+`--judge-num-threads`, `--judge-continuous-batching false`) is `procrl.judges.JudgeArguments`, the keys of a GRPO
+config's judge; `--judge none` is refused (the verifier needs a judge). Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed
 only when P(entailment) >= p, `--nli-contradict-min p` contradicted only when P(contradiction) >= p
 (`procrl.rewards.stepgap.nli_rule.NLIThresholds`). `--no-constrain-quotes` lets the judge write a free quote (filtered
 by the verbatim check) instead of choosing one of the evidence's candidate spans. Multi-word flags are accepted with
@@ -40,7 +43,6 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.judges import judge_options, open_judge
 from procrl.evals.stepgap.evaluate import (
     BASELINE_DRAWS,
     BOOTSTRAP_RESAMPLES,
@@ -52,13 +54,18 @@ from procrl.evals.stepgap.evaluate import (
     load_annotated,
 )
 from procrl.evals.stepgap.llm_only import LLMOnlyVerifier
-from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
 from procrl.evals.stepgap.plot import plot_metrics
+from procrl.experiment.tracking import REPORT_TO_HELP, RUN_FILE, TrackingArguments, numeric_metrics, track_run
+from procrl.judges import JudgeArguments
+from procrl.rewards.stepgap.check import JUDGE_MAX_TOKENS
+from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
-from procrl.experiment.tracking import REPORT_TO_HELP, TrackingArguments, numeric_metrics, track_run
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
 
-__all__ = ["StepGapEvalArguments", "main", "make_parser"]
+__all__ = ["FILES", "StepGapEvalArguments", "main", "make_parser"]
+
+PROG = "procrl stepgap-eval"
+FILES = {"table": "table.md", "plot": "metrics.png", "labels": "labels.jsonl"}  # role -> name in --output-dir
 
 
 @dataclass
@@ -66,35 +73,12 @@ class StepGapEvalArguments:
     """The flags of `procrl stepgap-eval` (module docstring)."""
 
     data: str = field(default=str(DEFAULT_DATA), metadata={"help": "annotated JSONL (default: the shipped 2Wiki set)"})
-    judge: str = field(
-        default="local",
-        metadata={
-            "help": "judge spec: local | local:<model> | serve:transformers[:<model>] | transformers:<model> | "
-            "http(s)://host:port/v1[#model]"
-        },
-    )
-    judge_model: str | None = field(default=None, metadata={"help": "model id for an OpenAI-compatible judge URL"})
     nli: str = field(default="judge", metadata={"help": "judge (LLM NLI prompt) or a cross-encoder path / hub id"})
     nli_batch_size: int = field(default=16, metadata={"help": "cross-encoder batch size"})
-    output_dir: str = field(default="runs/stepgap_eval", metadata={"help": "where metrics.json and labels.jsonl go"})
+    output_dir: str = field(
+        default="runs/stepgap_eval", metadata={"help": "where run.json, table.md, metrics.png and labels.jsonl go"}
+    )
     limit: int | None = field(default=None, metadata={"help": "evaluate the first N traces only"})
-    max_tokens: int = field(
-        default=512,
-        metadata={"help": "judge reply token limit (the longest A-C reply the schema allows is ~520 characters)"},
-    )
-    concurrency: int = field(default=8, metadata={"help": "concurrent judge requests"})
-    timeout_s: float = field(default=600.0, metadata={"help": "per-request judge timeout (s)"})
-    cache_dir: str | None = field(
-        default=None, metadata={"help": "judge cache directory (default: <output-dir>/judge_cache)"}
-    )
-    no_continuous_batching: bool = field(
-        default=False,
-        metadata={
-            "help": "serve:transformers judge only: start transformers serve without --continuous-batching (one "
-            "request at a time); ignored by local (vLLM always batches) and the other judges"
-        },
-    )
-    num_threads: int = field(default=1, metadata={"help": "local / serve:transformers judge: server CPU threads"})
     no_ablation: bool = field(default=False, metadata={"help": "skip the stage ablation"})
     nli_entail_min: float | None = field(
         default=None,
@@ -128,13 +112,11 @@ class StepGapEvalArguments:
         self.report_to = TrackingArguments(self.report_to).report_to  # validated, a string made a list
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit {self.limit} must be >= 1 (the first N traces); leave it out for all of them.")
-        for name in ("nli_batch_size", "max_tokens", "concurrency", "num_threads", "baseline_draws"):
+        for name in ("nli_batch_size", "baseline_draws"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')} {getattr(self, name)} must be >= 1.")
         if self.bootstrap_resamples < 0:
             raise ValueError(f"--bootstrap-resamples {self.bootstrap_resamples} must be >= 0 (0: no intervals).")
-        if not self.timeout_s > 0:
-            raise ValueError(f"--timeout-s {self.timeout_s} must be > 0 seconds, e.g. --timeout-s 600.")
         try:
             self.nli_thresholds = NLIThresholds(self.nli_entail_min, self.nli_contradict_min)
         except ValueError as exc:
@@ -142,15 +124,17 @@ class StepGapEvalArguments:
 
 
 def make_parser() -> TrlParser:
-    """The parser of `procrl stepgap-eval` (`--config x.yaml` sets the fields; flags override it)."""
+    """The parser of `procrl stepgap-eval`: `StepGapEvalArguments` and the judge's `JudgeArguments` (`--config x.yaml`
+    sets the fields; flags override it)."""
     return TrlParser(
-        (StepGapEvalArguments,), prog="procrl stepgap-eval", description=__doc__, formatter_class=HelpFormatter
+        (StepGapEvalArguments, JudgeArguments), prog=PROG, description=__doc__, formatter_class=HelpFormatter
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the verifier on an annotated set; print the table and write metrics.json and labels.jsonl. Returns 0, or 2
-    after one error line for a bad argument (an unknown flag, a value `StepGapEvalArguments` refuses).
+    """Run the verifier on an annotated set; print the table and write run.json (the summary as its `result`),
+    table.md, metrics.png and labels.jsonl. Returns 0, or 2 after one error line for a bad argument (an unknown flag,
+    a value `StepGapEvalArguments` or `JudgeArguments` refuses, `--judge none`).
 
     Raises:
         SystemExit: the annotated set (after `--limit`) has no trace.
@@ -159,14 +143,17 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_or_exit(make_parser(), argv)
     if parsed is None:
         return EXIT_USAGE
-    (args,) = parsed
+    args, judge = parsed
+    if not judge.enabled:
+        return usage_error(PROG, "the StepGap verifier needs a judge, got --judge none; use --judge local or a URL")
     configure_logging()
     with track_run(args.output_dir, command="stepgap-eval", argv=argv, configs=parsed, report_to=args.report_to) as run:
-        summary, rows = _evaluate(args)
+        summary, rows = _evaluate(args, judge)
         run.metrics = run_metrics(summary)
+        run.result, run.files = summary, dict(FILES)
     print(f"StepGap verifier on {args.data}: {summary['n_questions']} questions, {summary['n_steps']} steps")
     print(
-        f"judge {args.judge}, NLI {summary['nli']} ({summary['nli_thresholds']}); judge unscored: "
+        f"judge {judge.judge}, NLI {summary['nli']} ({summary['nli_thresholds']}); judge unscored: "
         f"{summary['judge_unscored'] or 'none'}"
     )
     if summary["llm_only"] is not None:
@@ -176,12 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     for note in table_notes(args):
         print(note)
     out_dir = Path(args.output_dir)
-    print(f"metrics: {out_dir / 'metrics.json'}  labels: {out_dir / 'labels.jsonl'}")
+    print(f"run record: {out_dir / RUN_FILE}  labels: {out_dir / FILES['labels']}")
     return 0
 
 
 def run_metrics(summary: dict) -> dict[str, float]:
-    """The run record's headline metrics of the summary `metrics.json` holds: the full tree's numbers (sF1,
+    """The run record's headline metrics of the summary (the run's `result`): the full tree's numbers (sF1,
     step_precision, step_recall, Q-F1, BA, typed_macro_f1, label_distribution/<label>, n_steps, n_questions, n_error;
     not the per-label table or the confusion matrix) and `judge_unscored` (the count of unscored judge results), under
     `stepgap/`."""
@@ -210,9 +197,9 @@ def table_notes(args: StepGapEvalArguments) -> list[str]:
     return notes
 
 
-def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
-    """Judge, route and score; write metrics.json, table.md and labels.jsonl. Returns the summary and the table
-    rows."""
+def _evaluate(args: StepGapEvalArguments, judge_args: JudgeArguments) -> tuple[dict, dict]:
+    """Judge, route and score; write table.md, metrics.png and labels.jsonl (`FILES`). Returns the summary and the
+    table rows."""
     data = load_annotated(args.data)
     if args.limit is not None:
         data = data[: args.limit]
@@ -220,16 +207,7 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
         raise SystemExit(f"no annotated traces in {args.data}")
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    judge_kwargs = judge_options(
-        args.judge,
-        max_tokens=args.max_tokens,
-        timeout_s=args.timeout_s,
-        model=args.judge_model or None,
-        continuous_batching=not args.no_continuous_batching,
-        num_threads=args.num_threads,
-    )
-    cache_dir = args.cache_dir or str(out_dir / "judge_cache")
-    with open_judge(args.judge, cache_dir=cache_dir, max_concurrency=args.concurrency, **judge_kwargs) as judge:
+    with judge_args.open(output_dir=out_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
         nli = CachedNLI(make_nli(args.nli, judge, batch_size=args.nli_batch_size))
         verifier = StepGapVerifier(
             judge, nli, nli_thresholds=args.nli_thresholds, constrain_quotes=not args.no_constrain_quotes
@@ -246,7 +224,8 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
         judge_stats = judge.stats.as_dict()
     summary = {
         "data": str(args.data),
-        "judge": args.judge,
+        "judge": judge_args.judge,
+        "judge_max_tokens": judge_args.judge_max_tokens or JUDGE_MAX_TOKENS,
         "nli": repr(nli.inner),
         "nli_thresholds": str(args.nli_thresholds),
         "constrain_quotes": not args.no_constrain_quotes,
@@ -268,13 +247,12 @@ def _evaluate(args: StepGapEvalArguments) -> tuple[dict, dict]:
         "paper_reference": PAPER_REFERENCE,
     }
     rows = report["metrics"] | report["baselines"] | {"paper (ref)": PAPER_REFERENCE}
-    (out_dir / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     notes = "".join(f"\n{note}\n" for note in table_notes(args))
-    (out_dir / "table.md").write_text(format_markdown(rows) + "\n" + notes, encoding="utf-8")
-    title = f"StepGap verifier on {summary['n_steps']} steps of {len(data)} questions (judge {args.judge})"
-    plot_metrics(rows, out_dir / "metrics.png", title=title)
+    (out_dir / FILES["table"]).write_text(format_markdown(rows) + "\n" + notes, encoding="utf-8")
+    title = f"StepGap verifier on {summary['n_steps']} steps of {len(data)} questions (judge {judge_args.judge})"
+    plot_metrics(rows, out_dir / FILES["plot"], title=title)
     llm = report.get("llm_only")
-    with open(out_dir / "labels.jsonl", "w", encoding="utf-8") as handle:
+    with open(out_dir / FILES["labels"], "w", encoding="utf-8") as handle:
         for q, ((trace, gold), row, checks) in enumerate(zip(data, report["labels"], report["checks"], strict=True)):
             for i, (label, g, check) in enumerate(zip(row, gold, checks, strict=True)):
                 line = {

@@ -16,7 +16,9 @@ record `run.json` (`procrl.experiment.tracking`; also to wandb with `report_to: 
 
 Settings (`TrlParser`: `--config x.yaml`, flags override it, `--a_b` or `--a-b`): `GRPOScriptArguments` (below:
 task, data, prompt, rewards), `MathTaskArguments`, `SearchTaskArguments` (`procrl.trainers.tasks.arguments`),
-`FRSArguments` (`procrl.trainers.callbacks`), `ProcessGRPOConfig` (`trl.GRPOConfig` + procrl's) and `ModelConfig`.
+`FRSCallbackArguments` (`procrl.trainers.frs_callback`), `ProcessGRPOConfig` (`trl.GRPOConfig` + procrl's) and
+`ModelConfig`. The run has one judge (`procrl.judges.JudgeArguments`: `judge`, `judge_max_tokens`, ...; parsed as
+part of `SearchTaskArguments`): the StepGap judge of task=search, the FRS judge of task=math.
 
 `task: math` (default; `procrl.trainers.tasks.math`) trains on math word problems; `task: search`
 (`procrl.trainers.tasks.search`; configs/grpo/stepgap_2wiki_smollm2.yaml, launch/grpo_stepgap.sh) on multi-hop QA
@@ -39,7 +41,7 @@ from procrl.experiment.reporting import format_table
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 from procrl.experiment.tracking import history_from_log, track_run
-from procrl.trainers.callbacks import FRSArguments
+from procrl.trainers.frs_callback import FRSCallbackArguments
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.tasks.arguments import SEARCH_TEMPLATES, MathTaskArguments, SearchTaskArguments
 from procrl.trainers.tasks.job import TASKS, run_grpo_job
@@ -227,7 +229,8 @@ class GRPOParser(ConfigParser):
 def make_parser() -> GRPOParser:
     """The command's parser; `parse_args_and_config(argv)` returns the six dataclasses in `GRPOJob` order."""
     parser = GRPOParser(
-        (GRPOScriptArguments, MathTaskArguments, SearchTaskArguments, FRSArguments, ProcessGRPOConfig, ModelConfig),
+        (GRPOScriptArguments, MathTaskArguments, SearchTaskArguments, FRSCallbackArguments, ProcessGRPOConfig,
+         ModelConfig),  # fmt: skip
         prog=PROG,
         description=__doc__,
         formatter_class=HelpFormatter,
@@ -244,7 +247,7 @@ class GRPOJob(NamedTuple):
     script: GRPOScriptArguments
     math: MathTaskArguments
     search: SearchTaskArguments
-    frs: FRSArguments
+    frs: FRSCallbackArguments
     training: ProcessGRPOConfig
     model: ModelConfig
 

@@ -21,6 +21,7 @@ __all__ = [
     "CHECK_SYSTEM_PROMPT",
     "CHECK_REPLY_SHAPE",
     "FIELD_MAX_CHARS",
+    "JUDGE_MAX_TOKENS",
     "REASON_MAX_CHARS",
     "QUOTE_MAX_CHARS",
 ]
@@ -31,6 +32,7 @@ __all__ = [
 # with 80/120 one of 96 shipped steps looped through entity, value and bridge and was cut at 256 tokens. The longest
 # reply is ~130 characters of keys and booleans + a quote (<= 20 words, ~150 characters) + 3 x 48 + 96 = ~520, so
 # the commands' reply budgets are 512 tokens (a loop costs time, not a label).
+JUDGE_MAX_TOKENS = 512  # the StepGap judge's reply budget when `judge_max_tokens` is null (procrl.judges.JudgeArguments)
 FIELD_MAX_CHARS = 48
 REASON_MAX_CHARS = 96
 QUOTE_MAX_CHARS = 300  # a free quote (constrain_quotes=False): 20 words of up to 15 characters

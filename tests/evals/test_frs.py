@@ -15,8 +15,6 @@ from fractions import Fraction
 import pytest
 from pydantic import ValidationError
 
-from procrl.judges import Judge, JudgeResult, parse_judgement
-from procrl.judges.base import reply_result
 from procrl.evals.frs import (
     DIMENSIONS,
     REPLY_FORMAT,
@@ -37,6 +35,8 @@ from procrl.evals.frs import (
     tail_confidence_from_logps,
     tail_size,
 )
+from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.judges.base import reply_result
 
 # --------------------------------------------------------------------------------------------------------------------
 # A scripted judge: answers each request with a recorded raw output, found by the trace text in the request.

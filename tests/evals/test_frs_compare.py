@@ -1,4 +1,5 @@
-"""`procrl frs-compare` on tiny synthetic frs.json files: ranks, inversions, interval overlaps, bad input -> 2."""
+"""`procrl frs compare` on tiny synthetic `procrl frs` runs (run.json + judged traces): ranks, inversions, interval
+overlaps, bad input -> 2."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from dataclasses import asdict
 import pytest
 
 from procrl.evals.frs import DIMENSIONS, FRSConfig, Trace
-from procrl.evals.frs.intervals import intervals_from_result
-from procrl.scripts import frs_compare as script
 from procrl.evals.frs.compare import build_comparison, compare_runs, load_frs_run, rank_descending
+from procrl.evals.frs.intervals import frs_intervals
+from procrl.scripts import frs as script
 
 GSM, SVAMP = "gsm8k[0:50]", "svamp[0:20]"
 
 
 def write_report(tmp_path, name, model, dataset, accuracy, frs10, frs20=None, intervals=None, k_percent=10,
-                 traces=None):  # fmt: skip
-    """A frs.json as `procrl frs` writes it (the fields frs-compare reads); `intervals`: name -> [lo, hi]."""
+                 traces=None, command="frs", status="finished"):  # fmt: skip
+    """The run directory of a `procrl frs` run as it writes it (the fields the comparison reads: run.json's command,
+    status, result and files, and the judged traces); `intervals`: name -> [lo, hi]. Returns the directory."""
     config = FRSConfig(k_percent=k_percent, k_values=(10, 20))
     frs20 = frs10 if frs20 is None else frs20
     result = {
@@ -36,12 +38,14 @@ def write_report(tmp_path, name, model, dataset, accuracy, frs10, frs20=None, in
             "n_traces": 800,
         },
         "intervals": intervals,
-        "traces": [t.to_dict() for t in traces or []],
     }
-    path = tmp_path / name / "frs.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result))
-    return path
+    run_dir = tmp_path / name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    files = {"judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
+    (run_dir / "judged_traces.jsonl").write_text("".join(json.dumps(t.to_dict()) + "\n" for t in traces or []))
+    record = {"command": command, "status": status, "result": result, "files": files}
+    (run_dir / "run.json").write_text(json.dumps(record))
+    return run_dir
 
 
 @pytest.fixture()
@@ -103,18 +107,35 @@ def test_rank_descending_ties_and_missing():
     assert rank_descending([]) == []
 
 
-def test_a_report_without_intervals_gets_them_from_its_traces(tmp_path):
+def test_a_run_without_intervals_gets_them_from_its_judged_traces(tmp_path):
     traces = [
         Trace(f"p{p}", "q", f"t{p}{j}", "1", j == 0, 0.9 - 0.1 * p - 0.05 * j, 10, scores=dict.fromkeys(DIMENSIONS, 5 - j))
         for p in range(4)
         for j in range(2)
     ]  # fmt: skip
-    path = write_report(tmp_path, "old", "A", GSM, 0.5, 80.0, traces=traces)
-    run = load_frs_run(path.parent, resamples=50)  # a run directory works too
-    assert run.intervals_source == "traces"
-    expected = intervals_from_result(json.loads(path.read_text()), resamples=50).intervals
+    run_dir = write_report(tmp_path, "old", "A", GSM, 0.5, 80.0, traces=traces)  # --bootstrap-resamples 0
+    run = load_frs_run(run_dir / "run.json", resamples=50)  # its run.json works too
+    assert run.intervals_source == "traces" and run.path == str(run_dir)
+    config = FRSConfig(k_percent=10, k_values=(10, 20))  # the run's FRS config; its seed (0) by default
+    expected = frs_intervals(traces, config, resamples=50, seed=0).intervals
     assert run.intervals["frs@10"] == pytest.approx(list(expected["frs@10"]))
-    assert load_frs_run(path, resamples=0).intervals_source == "none"
+    assert load_frs_run(run_dir, resamples=50, seed=3).intervals == {
+        k: (None if v is None else list(v)) for k, v in frs_intervals(traces, config, resamples=50, seed=3).intervals.items()
+    }  # fmt: skip
+    assert load_frs_run(run_dir, resamples=0).intervals_source == "none"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"command": "select"}, "not the record of a `procrl frs` run"),
+        ({"status": "failed"}, "the run is 'failed', not finished"),
+    ],
+)
+def test_only_finished_frs_runs_are_compared(tmp_path, kwargs, message):
+    run_dir = write_report(tmp_path, "x", "A", GSM, 0.5, 40.0, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        load_frs_run(run_dir)
 
 
 def test_bad_comparisons_are_value_errors(tmp_path, three_models):
@@ -126,43 +147,45 @@ def test_bad_comparisons_are_value_errors(tmp_path, three_models):
         build_comparison([three_models[0], other_k])
     with pytest.raises(ValueError, match="no FRS@30"):
         build_comparison(three_models, k=30)
-    with pytest.raises(ValueError, match="no frs.json"):
+    with pytest.raises(ValueError, match="no procrl frs run"):
         compare_runs([])
 
 
-def test_the_command_writes_table_json_plot_and_record(tmp_path, three_models, capsys):
+def test_the_command_writes_table_plot_and_record(tmp_path, three_models, capsys):
     out = tmp_path / "cmp"
-    assert script.main([*map(str, three_models), "--output-dir", str(out)]) == 0
+    assert script.main(["compare", *map(str, three_models), "--output-dir", str(out)]) == 0
     table = (out / "table.md").read_text()
     assert "| A | gsm8k[0:50] | 50 | 800 | 60.0 [56.0, 64.0] | 60.0 | 40.0 [35.0, 45.0] | 40.0 | 5.0 |" in table
     assert "| A vs B | A > B | A < B | yes | no | no | yes | no |" in table
     assert "| C | 60.0 | 1 | 70.0 | 1 |" in table
     assert table in capsys.readouterr().out
-    data = json.loads((out / "frs_compare.json").read_text())
-    assert data["benchmarks"][GSM]["inverted_beyond_intervals"] is True
     assert (out / "frs_compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in out.iterdir()) == ["frs_compare.png", "run.json", "table.md"]  # no other JSON
     record = json.loads((out / "run.json").read_text())
-    assert record["command"] == "frs-compare" and record["status"] == "finished"
+    assert record["command"] == "frs compare" and record["status"] == "finished"
+    assert record["files"] == {"table": "table.md", "plot": "frs_compare.png"}
+    assert record["result"]["benchmarks"][GSM]["inverted_beyond_intervals"] is True
+    assert [run["path"] for run in record["result"]["runs"]] == list(map(str, three_models))
     assert record["metrics"]["frs_compare/inverted"] == 1 and record["metrics"]["frs_compare/runs"] == 4
 
 
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["{missing}", "--output-dir", "{out}"], "no such frs.json"),
+        (["{missing}", "--output-dir", "{out}"], "no run.json here"),
         (["{a}", "--output-dir", "{out}", "--k", "30"], "no FRS@30"),
         (["{a}", "--output-dir", "{out}", "--k", "0"], "--k must be a percentage"),
         (["{a}"], "--output-dir DIR is required"),
-        (["--output-dir", "{out}"], "give at least one frs.json"),
+        (["--output-dir", "{out}"], "give at least one run"),
         (["{a}", "--output-dir", "{out}", "--bogus", "1"], "unrecognized arguments: ['--bogus', '1']"),
         (["{notjson}", "--output-dir", "{out}"], "is not JSON"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, three_models, capsys, argv, message):
-    (tmp_path / "x.json").write_text("{")
-    names = {"missing": tmp_path / "nope" / "frs.json", "out": tmp_path / "cmp", "a": three_models[0]}
-    names["notjson"] = tmp_path / "x.json"
-    assert script.main([word.format(**names) for word in argv]) == 2
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "run.json").write_text("{")
+    names = {"missing": tmp_path / "nope", "out": tmp_path / "cmp", "a": three_models[0], "notjson": tmp_path / "x"}
+    assert script.main(["compare", *(word.format(**names) for word in argv)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("procrl frs-compare: error: ") and message in err[0], err
+    assert len(err) == 1 and err[0].startswith("procrl frs compare: error: ") and message in err[0], err
     assert not (tmp_path / "cmp" / "run.json").exists()  # nothing written on bad input

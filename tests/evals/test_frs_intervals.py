@@ -11,17 +11,18 @@ from dataclasses import asdict
 import numpy as np
 import pytest
 
-from procrl.evals.frs import DIMENSIONS, FRSConfig, Trace, plan_judging, summarize
+from procrl.evals.frs import DIMENSIONS, FRSArguments, FRSConfig, Trace, plan_judging, summarize
+from procrl.evals.frs import offline as frs_offline
 from procrl.evals.frs.intervals import (
     FRSIntervals,
     frs_intervals,
-    intervals_from_frs_json,
     intervals_from_result,
     metric_names,
     point_estimates,
 )
+from procrl.evals.frs.traces import read_traces
+from procrl.judges import JudgeArguments
 from procrl.scripts import frs as frs_script
-from procrl.evals.frs import offline as frs_offline
 
 
 def judged(pid: str, confidence: float, correct: bool, value: int | None, unscored: str | None = None) -> Trace:
@@ -167,24 +168,20 @@ def test_same_seed_same_intervals_and_no_traces_is_neutral():
         frs_intervals(TRACES, CONFIG, confidence=1.0)
 
 
-def test_intervals_from_an_existing_frs_json(tmp_path):
-    result = {"settings": {"frs": asdict(CONFIG)}, "traces": [t.to_dict() for t in TRACES]}
-    path = tmp_path / "frs.json"
-    path.write_text(json.dumps(result))
-    got = intervals_from_frs_json(path, resamples=100)
+def test_intervals_from_a_result_and_its_judged_traces():
+    result = json.loads(json.dumps({"settings": {"frs": asdict(CONFIG)}}))  # as run.json holds it
+    got = intervals_from_result(result, TRACES, resamples=100)
     # the run's FRS seed (0) by default
     assert got == frs_intervals(TRACES, CONFIG, resamples=100, seed=CONFIG.seed)
     assert got.to_dict()["bootstrap"] == {"unit": "problems", "resamples": 100, "confidence": 0.95, "seed": 0,
                                           "n_problems": 3, "n_undefined": got.n_undefined}  # fmt: skip
-    with pytest.raises(ValueError, match="no 'traces'"):
-        intervals_from_result({"settings": result["settings"]})
+    assert intervals_from_result(result, TRACES, resamples=100, seed=5) == frs_intervals(
+        TRACES, CONFIG, resamples=100, seed=5
+    )
     with pytest.raises(ValueError, match="settings.frs"):
-        intervals_from_result({"traces": []})
-    (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ValueError, match="not JSON"):
-        intervals_from_frs_json(tmp_path / "bad.json")
-    with pytest.raises(FileNotFoundError):
-        intervals_from_frs_json(tmp_path / "missing.json")
+        intervals_from_result({"traces": []}, TRACES)
+    with pytest.raises(ValueError, match="does not read back"):
+        intervals_from_result({"settings": {"frs": {"k_values": [0]}}}, TRACES)
 
 
 def fake_run(monkeypatch, tmp_path, resamples: int):
@@ -193,15 +190,20 @@ def fake_run(monkeypatch, tmp_path, resamples: int):
     monkeypatch.setattr(frs_offline, "load_setup", lambda args: setup)
     monkeypatch.setattr(frs_offline, "generate_traces_resumable", lambda *a, **kw: [Trace(**asdict(t)) for t in TRACES])
     args = frs_offline.OfflineFRSConfig(
-        judge="none", k=30, k_values="30,50", random_baseline="mean", bootstrap_resamples=resamples,
-        output_dir=str(tmp_path / "frs"), no_progress=True, generation_backend="transformers",
+        bootstrap_resamples=resamples, output_dir=str(tmp_path / "frs"), no_progress=True,
+        generation_backend="transformers",
     )  # fmt: skip
-    return frs_offline.run_frs(args)
+    frs = FRSArguments(frs_k_percent=30, frs_k_values=[30, 50], frs_random_baseline="mean")
+    result, files = frs_offline.run_frs(args, frs, JudgeArguments(judge="none"))
+    assert files == {"traces": "traces.jsonl", "judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
+    assert read_traces(tmp_path / "frs" / files["judged_traces"]) == TRACES  # judge none keeps their scores
+    return result
 
 
 def test_procrl_frs_writes_prints_and_records_the_intervals(monkeypatch, tmp_path, capsys):
     result = fake_run(monkeypatch, tmp_path, resamples=100)
-    written = json.loads((tmp_path / "frs" / "frs.json").read_text())
+    written = json.loads(json.dumps(result))  # what run.json holds
+    assert written["settings"]["frs"] == json.loads(json.dumps(asdict(CONFIG)))
     expected = frs_intervals(TRACES, CONFIG, resamples=100, seed=0).to_dict()
     assert set(written["intervals"]) == set(expected["intervals"])
     for name, interval in expected["intervals"].items():
@@ -225,3 +227,7 @@ def test_procrl_frs_without_bootstrap(monkeypatch, tmp_path, capsys):
     assert not any(key.startswith("frs/ci/") for key in frs_script.run_metrics(result))
     with pytest.raises(ValueError, match="--bootstrap-resamples must be >= 0"):
         frs_offline.OfflineFRSConfig(bootstrap_resamples=-1, generation_backend="transformers")
+    result = fake_run(monkeypatch, tmp_path, resamples=0)
+    assert intervals_from_result(result, TRACES, resamples=100).to_dict() == frs_intervals(
+        TRACES, CONFIG, resamples=100, seed=0
+    ).to_dict()  # the intervals such a run lacks, from its judged traces (procrl frs compare does so)

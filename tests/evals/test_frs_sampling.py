@@ -8,8 +8,11 @@ import math
 import pytest
 
 from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.evals.frs import FRSArguments
 from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
 from procrl.evals.frs.sampling import select_traces
+from procrl.evals.frs.traces import read_traces
+from procrl.judges import JudgeArguments
 
 SETTINGS = {"model": "some-policy", "dataset": "svamp", "split": None, "start": 0, "end": 2,
             "prompt_template": "one_shot", "n": 2, "temperature": 0.9, "top_p": 1.0, "max_new_tokens": 12,
@@ -65,10 +68,9 @@ def test_frs_traces_from_uses_the_reports_settings_and_loads_no_model(tmp_path, 
 
     monkeypatch.setattr(frs_offline, "load_setup", lambda *a, **k: pytest.fail("--traces-from must not sample"))
     path, _ = _write_report(tmp_path)
-    args = OfflineFRSConfig(
-        traces_from=str(path), judge="none", output_dir=str(tmp_path / "frs"), no_progress=True, bootstrap_resamples=0
-    )
-    result = run_frs(args)
+    args = OfflineFRSConfig(traces_from=str(path), output_dir=str(tmp_path / "frs"), no_progress=True,
+                            bootstrap_resamples=0)  # fmt: skip
+    result, files = run_frs(args, FRSArguments(frs_traces=16), JudgeArguments(judge="none"))
     assert result["model"] == "some-policy" and result["dataset"] == "svamp[0:2]"
     settings = result["settings"]
     assert (settings["n_traces"], settings["temperature"], settings["max_new_tokens"], settings["seed"]) == (
@@ -78,9 +80,10 @@ def test_frs_traces_from_uses_the_reports_settings_and_loads_no_model(tmp_path, 
         3,
     )
     assert settings["engine"] == "vllm:test-engine" and settings["traces_from"] == str(path)
-    assert [t["confidence"] for t in result["traces"]] == pytest.approx(CONFIDENCE, abs=1e-12)
-    assert result["report"]["accuracy"] == pytest.approx(0.5)
-    assert not (tmp_path / "frs" / "traces.jsonl").exists()  # nothing sampled
+    traces = read_traces(tmp_path / "frs" / files["judged_traces"])
+    assert [t.confidence for t in traces] == pytest.approx(CONFIDENCE, abs=1e-12)
+    assert result["report"]["accuracy"] == pytest.approx(0.5) and result["report"]["n_traces"] == 4
+    assert not (tmp_path / "frs" / "traces.jsonl").exists() and "traces" not in files  # nothing sampled
 
 
 @pytest.mark.parametrize(

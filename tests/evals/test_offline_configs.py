@@ -1,6 +1,6 @@
 """The offline commands' settings share one base (`OfflineSamplingConfig`): `procrl select` / `procrl beam` add the
-PUM (`OfflineConfig`), `procrl frs` (`OfflineFRSConfig`) overrides defaults and help texts only, and its flags,
-defaults and messages stay what they were."""
+PUM (`OfflineConfig`), `procrl frs` (`OfflineFRSConfig`) overrides defaults and help texts and adds its own sampling
+and output settings (its FRS and judge settings are `FRSArguments` and `JudgeArguments`, parsed beside it)."""
 
 from __future__ import annotations
 
@@ -19,9 +19,8 @@ SHARED = ["model", "dataset", "split", "start", "end", "prompt_template", "tempe
 FRS_DEFAULTS = {
     "model": "default", "dataset": "gsm8k", "split": None, "start": 0, "end": 50, "prompt_template": "one_shot",
     "temperature": 0.7, "top_p": 1.0, "max_new_tokens": 256, "batch_size": 32, "seed": 0, "device": None,
-    "generation_backend": "auto", "vllm_kv_cache_gib": None, "no_progress": False, "n": 16, "k": 10, "k_values": "10,20,30,40,50", "judge": "local", "judge_concurrency": 8,
-    "judge_max_tokens": 96, "judge_timeout": 600, "judge_cache_dir": None, "judge_sees_correctness": True, "estimator": "topk", "n_bins": 10,
-    "max_per_bin": 50, "random_baseline": "sample", "top_k": 0, "bootstrap_resamples": 1000, "traces_from": None, "output_dir": "outputs/frs",
+    "generation_backend": "auto", "vllm_kv_cache_gib": None, "no_progress": False, "top_k": 0,
+    "bootstrap_resamples": 1000, "traces_from": None, "output_dir": "outputs/frs",
 }  # fmt: skip
 
 
@@ -50,13 +49,12 @@ def test_frs_defaults_and_help_texts():
     assert (base.dataset, base.end, base.pum) == ("svamp", 100, None)
 
 
-def test_frs_keeps_its_own_messages():
-    with pytest.raises(ValueError, match=r"^--n, --batch-size and --max-new-tokens must be >= 1 and --temperature > 0"):
-        OfflineFRSConfig(batch_size=0)
-    with pytest.raises(ValueError, match=r"^--k-values must be comma-separated numbers"):
-        OfflineFRSConfig(k_values="a", batch_size=0)  # K values are checked first, as before
-    with pytest.raises(ValueError, match=r"^--batch-size \(0\) and --max-new-tokens \(256\) must be >= 1"):
-        OfflineConfig(batch_size=0)
+def test_frs_validates_as_the_other_offline_commands():
+    for cls in (OfflineFRSConfig, OfflineConfig):
+        with pytest.raises(ValueError, match=r"^--batch-size \(0\) and --max-new-tokens \(256\) must be >= 1"):
+            cls(batch_size=0)
+    with pytest.raises(ValueError, match=r"^--bootstrap-resamples must be >= 0"):
+        OfflineFRSConfig(bootstrap_resamples=-1)
 
 
 @pytest.mark.parametrize("cls", [OfflineConfig, OfflineFRSConfig, SelectConfig])

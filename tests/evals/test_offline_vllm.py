@@ -12,13 +12,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from procrl.generation import TransformersEngine, VLLMEngine, render_prompts
-from procrl.logprobs import sequence_logps
-from procrl.models import resolve_model
 from procrl.evals import offline
 from procrl.evals.beam_search import BeamConfig, run_beam
+from procrl.evals.frs import FRSArguments
 from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
+from procrl.evals.frs.traces import read_traces
 from procrl.evals.selection import SelectConfig, run_select
+from procrl.generation import TransformersEngine, VLLMEngine, render_prompts
+from procrl.judges import JudgeArguments
+from procrl.logprobs import sequence_logps
+from procrl.models import resolve_model
 
 pytest.importorskip("vllm", reason="the vLLM engine needs vllm (make install)")
 
@@ -105,18 +108,18 @@ def _svamp_rows():
 
 def test_frs_on_vllm_resumes_from_its_traces(tmp_path, shared_engine):
     out = tmp_path / "frs"
-    args = OfflineFRSConfig(
-        **SLICE, n=2, max_new_tokens=8, judge="none", generation_backend="vllm", output_dir=str(out)
-    )
-    result = run_frs(args)
-    assert len(result["traces"]) == 4 and result["settings"]["engine"].startswith("vllm:")
+    args = OfflineFRSConfig(**SLICE, max_new_tokens=8, generation_backend="vllm", output_dir=str(out))
+    frs, judge = FRSArguments(frs_traces=2), JudgeArguments(judge="none")
+    result, files = run_frs(args, frs, judge)
+    traces = read_traces(out / files["judged_traces"])
+    assert len(traces) == 4 and result["settings"]["engine"].startswith("vllm:")
     assert shared_engine == [1]  # batch 4 // n 2 = 2 problems per chunk: one call
-    assert all(1 <= t["num_tokens"] <= 8 and 0.0 <= t["confidence"] <= 1.0 for t in result["traces"])
+    assert all(1 <= t.num_tokens <= 8 and 0.0 <= t.confidence <= 1.0 for t in traces)
     header = json.loads((out / "traces.jsonl").read_text().splitlines()[0])["settings"]
     assert header["engine"] == result["settings"]["engine"]
-    again = run_frs(args)
+    run_frs(args, frs, judge)
     assert shared_engine == [1]  # everything read back from traces.jsonl
-    assert [t["completion"] for t in again["traces"]] == [t["completion"] for t in result["traces"]]
+    assert [t.completion for t in read_traces(out / files["judged_traces"])] == [t.completion for t in traces]
 
 
 def test_beam_on_vllm(tmp_path, shared_engine, tiny_pum_factory, smollm2_tokenizer):

@@ -12,7 +12,7 @@ import pytest
 
 from procrl.data_builders.datasets import builtin_data_file
 from procrl.data_builders.stepgap_annotated import build_annotated_2wiki
-from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.evals.stats import MISSING
 from procrl.evals.stepgap import evaluate as ev
 from procrl.evals.stepgap.evaluate import (
     balanced_accuracy,
@@ -21,10 +21,11 @@ from procrl.evals.stepgap.evaluate import (
     load_annotated,
     typed_report,
 )
+from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.judges import spec as judge_spec
 from procrl.rewards.stepgap.quotes import quote_candidates
 from procrl.rewards.stepgap.verifier import StepGapVerifier, step_claim
 from procrl.scripts import stepgap_eval
-from procrl.evals.stats import MISSING
 
 SHIPPED = ev.DEFAULT_DATA
 
@@ -392,18 +393,27 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     small = tmp_path / "small.jsonl"
     small.write_text("\n".join(SHIPPED.read_text().splitlines()[:4]) + "\n")
 
+    opened = []
+
     @contextlib.contextmanager
     def fake_open_judge(spec, **kwargs):
-        assert spec == "local" and kwargs["max_tokens"] == 512
+        opened.append((spec, kwargs))
         yield OracleJudge(data)
 
-    monkeypatch.setattr(stepgap_eval, "open_judge", fake_open_judge)
+    monkeypatch.setattr(judge_spec, "open_judge", fake_open_judge)
     monkeypatch.setattr(stepgap_eval, "make_nli", lambda spec, judge, **kw: GoldNLI(data))
     out = tmp_path / "out"
     argv = ["--data", str(small), "--output-dir", str(out), "--nli-entail-min", "0.9", "--baseline-draws", "20"]
-    argv += ["--bootstrap-resamples", "200"]
+    argv += ["--bootstrap-resamples", "200", "--judge-concurrency", "3"]
     assert stepgap_eval.main(argv) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
+    # the StepGap reply budget (512) unless --judge-max-tokens sets one; the other judge settings as given
+    assert opened == [("local", {"cache_dir": str(out / "judge_cache"), "max_concurrency": 3, "max_tokens": 512,
+                                 "timeout_s": 600.0, "num_threads": 1})]  # fmt: skip
+    record = json.loads((out / "run.json").read_text())
+    assert record["files"] == {"table": "table.md", "plot": "metrics.png", "labels": "labels.jsonl"}
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["labels.jsonl", "metrics.png", "run.json",
+                                                                    "table.md"]  # fmt: skip (no metrics.json)
+    metrics = record["result"]
     # GoldNLI's labels are one-hots: a threshold of 0.9 changes nothing
     assert metrics["n_steps"] == 8 and metrics["metrics"]["full"]["sF1"] == 1.0
     assert metrics["nli_thresholds"] == "entail_min=0.9, contradict_min=None" and metrics["constrain_quotes"]
@@ -412,6 +422,8 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     assert len((out / "labels.jsonl").read_text().splitlines()) == 8
     assert metrics["metrics"]["full"]["ci"]["sF1"] == [1.0, 1.0] and "ci" in metrics["baselines"]["random"]
     assert metrics["bootstrap"]["resamples"] == 200 and metrics["llm_only"] is None
+    assert metrics["judge"] == "local" and metrics["judge_max_tokens"] == 512
+    assert record["metrics"]["stepgap/sF1"] == 1.0
     printed = capsys.readouterr().out
     table = (out / "table.md").read_text()
     for row in ("full", "-A", "-E", "all-NONE", "all-IE", "random", "paper (ref)"):
@@ -419,8 +431,11 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     assert f"| paper (ref) | 72.0 | 81.2 | 60.6 | {MISSING} |" in table  # not reported: "–"
     assert "mean over 20 draws" in printed and "Q-F1 inflation check" in table
     assert "| full | 100.0 [100.0, 100.0] |" in table
-    # a threshold outside (0, 1] is a usage error (exit 2), before any judge is opened
+    # a threshold outside (0, 1] or no judge is a usage error (exit 2), before any judge is opened
     assert stepgap_eval.main(["--data", str(small), "--nli-contradict-min", "1.5"]) == 2
+    capsys.readouterr()
+    assert stepgap_eval.main(["--data", str(small), "--judge", "none", "--output-dir", str(tmp_path / "x")]) == 2
+    assert "needs a judge" in capsys.readouterr().err and len(opened) == 1 and not (tmp_path / "x").exists()
 
 
 def test_load_annotated_rejects_bad_records(tmp_path):
@@ -435,14 +450,17 @@ def test_load_annotated_rejects_bad_records(tmp_path):
 def test_command_help_and_config(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         stepgap_eval.main(["--help"])
-    assert exit_info.value.code == 0 and "--no-continuous-batching" in capsys.readouterr().out
-    # `--config x.yaml` sets the fields, flags override it; dashed and underscored multi-word flags both work
+    assert exit_info.value.code == 0 and "--judge-continuous-batching" in capsys.readouterr().out
+    # `--config x.yaml` sets the fields, flags override it; dashed and underscored multi-word flags both work; the
+    # judge keys are those of a GRPO config
     config = tmp_path / "eval.yaml"
-    config.write_text("limit: 4\nnli_batch_size: 2\njudge: http://127.0.0.1:9/v1\n")
-    (args,) = stepgap_eval.make_parser().parse_args_and_config(
-        ["--config", str(config), "--limit", "3", "--timeout-s", "5", "--no_ablation", "--no-continuous-batching"]
-    )
-    assert (args.limit, args.nli_batch_size, args.judge, args.timeout_s) == (3, 2, "http://127.0.0.1:9/v1", 5.0)
-    assert args.no_ablation and args.no_continuous_batching and args.data == str(ev.DEFAULT_DATA)
+    config.write_text("limit: 4\nnli_batch_size: 2\njudge: http://127.0.0.1:9/v1\njudge_model: m\n")
+    args, judge = stepgap_eval.make_parser().parse_args_and_config(
+        ["--config", str(config), "--limit", "3", "--judge-timeout-s", "5", "--no_ablation",
+         "--judge-continuous-batching", "false"]
+    )  # fmt: skip
+    assert (args.limit, args.nli_batch_size, judge.judge, judge.judge_timeout_s) == (3, 2, "http://127.0.0.1:9/v1", 5.0)
+    assert judge.judge_model == "m" and judge.judge_continuous_batching is False
+    assert args.no_ablation and args.data == str(ev.DEFAULT_DATA)
     with pytest.raises(ValueError, match="--limit"):
         stepgap_eval.make_parser().parse_args_and_config(["--limit", "0"])

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from procrl.judges import Judge, JudgeResult, parse_judgement
 from procrl.evals.stepgap import evaluate as ev
 from procrl.evals.stepgap import llm_only as lo
 from procrl.evals.stepgap.llm_only import (
@@ -19,6 +18,8 @@ from procrl.evals.stepgap.llm_only import (
     prompt_parts,
     variant_parts,
 )
+from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.judges import spec as judge_spec
 from procrl.rewards.stepgap.trace import Passage, StepLabel, Trace, TraceStep
 from procrl.scripts import stepgap_eval
 
@@ -219,12 +220,12 @@ def test_main_llm_only_rows_end_to_end(tmp_path, monkeypatch, capsys):
     def fake_open_judge(spec, **kwargs):
         yield judge
 
-    monkeypatch.setattr(stepgap_eval, "open_judge", fake_open_judge)
+    monkeypatch.setattr(judge_spec, "open_judge", fake_open_judge)
     monkeypatch.setattr(stepgap_eval, "make_nli", lambda spec, judge, **kw: EntailAll())
     out = tmp_path / "out"
     argv = ["--data", str(small), "--output-dir", str(out), "--llm-only", "--bootstrap-resamples", "40"]
     assert stepgap_eval.main([*argv, "--baseline-draws", "5"]) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((out / "run.json").read_text())["result"]
     assert metrics["bootstrap"] == {"resamples": 40, "confidence": 0.95, "seed": 0, "over": "questions"}
     # the scripted judge answers gold: perfect detection; typed macro-F1 3/4 (MB is absent from these steps: F1 0)
     llm = metrics["metrics"]["LLM-only"]
@@ -247,7 +248,7 @@ def test_main_llm_only_rows_end_to_end(tmp_path, monkeypatch, capsys):
     # --bootstrap-resamples 0: no intervals anywhere; no --llm-only: no LLM-only rows and no LLM-only judge call
     judge.calls.clear()
     assert stepgap_eval.main(["--data", str(small), "--output-dir", str(out), "--bootstrap-resamples", "0"]) == 0
-    metrics = json.loads((out / "metrics.json").read_text())
+    metrics = json.loads((out / "run.json").read_text())["result"]
     assert "ci" not in metrics["metrics"]["full"] and "LLM-only" not in metrics["metrics"]
     assert metrics["llm_only"] is None and len(judge.calls) == 1 and "[" not in (out / "table.md").read_text()
 

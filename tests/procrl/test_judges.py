@@ -4,6 +4,7 @@ the in-process judge, and one integration test against `transformers serve` on t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import logging
@@ -19,9 +20,11 @@ import pytest
 import torch
 from pydantic import BaseModel, Field
 from subprocesses import group_gone
+from trl import TrlParser
 
 from procrl.judges import (
     DuplicateKeyError,
+    JudgeArguments,
     JudgeResult,
     JudgeServer,
     JudgeStats,
@@ -33,6 +36,7 @@ from procrl.judges import (
     parse_judgement,
     request_cache_key,
 )
+from procrl.judges import spec as spec_module
 
 
 class Score(BaseModel):
@@ -626,6 +630,57 @@ def test_judge_options_are_what_open_judge_takes(server):
     options = judge_options("transformers:some/model", max_tokens=7, timeout_s=3.0, model="ignored")
     with open_judge("transformers:some/model", **options) as judge:
         assert judge.max_new_tokens == 7 and judge.model_name_or_path == "some/model"
+
+
+def test_judge_arguments_open_the_judge_they_name(server, tmp_path):
+    args = JudgeArguments(judge=server.base_url, judge_model="flag-model", judge_timeout_s=3.0, judge_concurrency=2)
+    with args.open(output_dir=tmp_path, default_max_tokens=96) as judge:  # the use's budget: none set
+        assert isinstance(judge, OpenAICompatibleJudge) and judge.model == "flag-model"
+        assert (judge.max_tokens, judge.timeout_s, judge.max_concurrency) == (96, 3.0, 2)
+        assert judge.cache.root == tmp_path / "judge_cache"
+    args = JudgeArguments(judge=server.base_url, judge_max_tokens=7, judge_cache_dir=str(tmp_path / "elsewhere"))
+    with args.open(output_dir=tmp_path, default_max_tokens=96) as judge:  # a set budget wins
+        assert judge.max_tokens == 7 and judge.cache.root == tmp_path / "elsewhere"
+        assert judge.model == "fault-model" and judge.max_concurrency == 8  # the server's model; the default
+
+
+def test_judge_arguments_pass_every_setting_to_open_judge(tmp_path, monkeypatch):
+    opened = []
+
+    @contextlib.contextmanager
+    def recording_open_judge(spec, **kwargs):
+        opened.append((spec, kwargs))
+        yield "judge"
+
+    monkeypatch.setattr(spec_module, "open_judge", recording_open_judge)
+    # as a command line sets them (one polarity for the switch: --judge-continuous-batching false)
+    (args,) = TrlParser((JudgeArguments,)).parse_args_and_config(
+        ["--judge", "serve:transformers:x/y", "--judge-continuous-batching", "false", "--judge_num_threads", "2"]
+    )
+    with args.open(output_dir=tmp_path, default_max_tokens=512) as judge:
+        assert judge == "judge"
+    assert opened == [("serve:transformers:x/y", {
+        "cache_dir": str(tmp_path / "judge_cache"), "max_concurrency": 8, "max_tokens": 512, "timeout_s": 600.0,
+        "continuous_batching": False, "num_threads": 2,
+    })]  # fmt: skip
+    with JudgeArguments(judge="None").open(output_dir=tmp_path, default_max_tokens=96) as judge:
+        assert judge is None  # no judge: nothing opened
+    assert len(opened) == 1 and not JudgeArguments(judge=" none ").enabled and JudgeArguments().judge == "local"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"judge": "ftp://x"}, "not a judge spec"),
+        ({"judge_concurrency": 0}, r"judge_concurrency must be >= 1, got 0 \(e.g. judge_concurrency: 8\)"),
+        ({"judge_num_threads": 0}, "judge_num_threads must be >= 1"),
+        ({"judge_max_tokens": 0}, "judge_max_tokens must be >= 1"),
+        ({"judge_timeout_s": 0}, "judge_timeout_s must be > 0"),
+    ],
+)
+def test_bad_judge_arguments_say_how_to_fix_them(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        JudgeArguments(**kwargs)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ COMMANDS = {
     "procrl.scripts.serve_retriever": ("procrl serve-retriever", ["--index", "2wiki_corpus_sample"]),
     "procrl.scripts.report": ("procrl report", ["runs/some_sweep"]),
     "procrl.scripts.sweep": ("procrl sweep", ["s.yaml"]),
-    "procrl.scripts.frs_compare": ("procrl frs-compare", ["a/frs.json", "--output-dir", "out"]),
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
 # setting is a choice, which argparse refuses itself: tests/scripts/test_model_command.py)
@@ -33,7 +32,7 @@ REFUSED = {
     "procrl.scripts.train_grpo": (["--task", "chess"], "task='chess' must be one of"),
     "procrl.scripts.build_pum_data": (["--start", "5", "--end", "5"], "end"),
     "procrl.scripts.train_pum": (["--eval_fraction", "2"], "eval_fraction"),
-    "procrl.scripts.frs": (["--n", "0"], "--n"),
+    "procrl.scripts.frs": (["--frs-traces", "0"], "frs_traces must be >= 1"),
     "procrl.scripts.select": (["--scorer", "oracle"], "oracle"),
     "procrl.scripts.select --ks": (["--n", "4", "--ks", "1,8"], "k = 8 > --n 4 samples (e.g. --ks 1)"),
     "procrl.scripts.beam": (["--beams", "0"], "beams"),
@@ -41,7 +40,6 @@ REFUSED = {
     "procrl.scripts.serve_retriever": (["--port", "0"], "--port 0 is not a TCP port"),
     "procrl.scripts.report": (["--title", " "], "must be one non-empty line"),
     "procrl.scripts.sweep": (["--wandb", "maybe"], "wandb='maybe' must be one of"),
-    "procrl.scripts.frs_compare": (["--k", "0"], "--k must be a percentage"),
 }
 
 
@@ -106,6 +104,6 @@ def test_usage_error_keeps_a_multi_line_message_on_one_line(capsys):
 
 def test_argparse_refusals_keep_argparse_behaviour(capsys):
     with pytest.raises(SystemExit) as info:  # an unknown choice: argparse's usage line + its error line, status 2
-        frs.main(["--estimator", "exact"])
+        frs.main(["--frs-estimator", "exact"])
     assert info.value.code == 2
-    assert "procrl frs: error: argument --estimator" in capsys.readouterr().err
+    assert "procrl frs: error: argument --frs_estimator" in capsys.readouterr().err

@@ -44,11 +44,13 @@ def test_select_writes_a_record_with_the_reports_accuracies(tmp_path, tiny_model
 
 def test_frs_writes_a_record_with_the_reports_numbers(tmp_path, tiny_model_dir):
     out = tmp_path / "frs"
-    argv = [*TINY, "--model", str(tiny_model_dir), "--end", "2", "--n", "2", "--max-new-tokens", "4",
+    argv = [*TINY, "--model", str(tiny_model_dir), "--end", "2", "--frs-traces", "2", "--max-new-tokens", "4",
             "--batch-size", "4", "--judge", "none", "--output-dir", str(out)]  # fmt: skip
     assert frs.main(argv) == 0
-    report = json.loads((out / "frs.json").read_text())["report"]
-    metrics = json.loads((out / "run.json").read_text())["metrics"]
+    record = json.loads((out / "run.json").read_text())
+    report, metrics = record["result"]["report"], record["metrics"]
+    assert set(record["config"]) == {"OfflineFRSConfig", "FRSArguments", "JudgeArguments", "TrackingArguments"}
+    assert record["config"]["FRSArguments"]["frs_traces"] == 2 and record["config"]["JudgeArguments"]["judge"] == "none"
     assert metrics["frs/n_traces"] == report["n_traces"] == 4
     assert metrics["frs/accuracy"] == report["accuracy"] and metrics["frs/judged"] == report["n_judged"] == 0
     assert metrics["frs/mean_confidence"] == pytest.approx(report["mean_confidence"])
@@ -180,7 +182,7 @@ def test_train_grpo_writes_a_record_with_its_evaluation_and_history(tmp_path, ti
     record = json.loads((out / "run.json").read_text())
     assert record["command"] == "train-grpo" and record["status"] == "finished"
     assert set(record["config"]) == {"GRPOScriptArguments", "MathTaskArguments", "SearchTaskArguments",
-                                     "FRSArguments", "ProcessGRPOConfig", "ModelConfig"}  # fmt: skip
+                                     "FRSCallbackArguments", "ProcessGRPOConfig", "ModelConfig"}  # fmt: skip
     assert record["config"]["ProcessGRPOConfig"]["max_steps"] == 1
     metrics = record["metrics"]
     first, second = summary["after"]

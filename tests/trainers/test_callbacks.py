@@ -3,6 +3,7 @@ judges; and `generate_traces` against an independent forward pass."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import types
@@ -13,16 +14,14 @@ from datasets import Dataset
 from grpo_helpers import grpo_config
 from transformers import GenerationConfig
 
-from procrl.generation import render_prompts
-from procrl.judges import Judge, JudgeResult
-from procrl.logprobs import sequence_logps
 from procrl.evals.frs import FRSConfig, ReasoningJudgement, Trace, tail_confidence_from_logps
-from procrl.rewards.outcome import outcome_reward
 from procrl.evals.frs import sampling as frs_traces
-from procrl.trainers import callbacks
-from procrl.trainers.callbacks import FRSArguments, add_frs_callback
-from procrl.trainers.frs_callback import FRSCallback
 from procrl.evals.frs.sampling import generate_traces
+from procrl.generation import render_prompts
+from procrl.judges import Judge, JudgeArguments, JudgeResult
+from procrl.logprobs import sequence_logps
+from procrl.rewards.outcome import outcome_reward
+from procrl.trainers.frs_callback import FRSCallback, FRSCallbackArguments, add_frs_callback
 from procrl.trainers.grpo import ProcessGRPOTrainer
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"), ("What is 1 + 1?", "2")]
@@ -264,34 +263,56 @@ def test_bad_arguments_and_a_missing_trainer():
 
 def test_frs_arguments_build_and_attach_the_callback(tmp_path):
     class FakeTrainer:
-        args = types.SimpleNamespace(output_dir=str(tmp_path))
+        args = types.SimpleNamespace(output_dir=str(tmp_path), seed=7)
         callback_handler = types.SimpleNamespace(callbacks=[])
 
         def add_callback(self, callback):
             self.callback_handler.callbacks.append(callback)
 
-    trainer = FakeTrainer()
-    assert add_frs_callback(FRSArguments(), trainer) is None  # off by default
-    args = FRSArguments(frs_every_n_steps=5, frs_eval_set="svamp:0:3", frs_judge="none", frs_traces=2)
-    callback = add_frs_callback(args, trainer)
+    trainer, local = FakeTrainer(), JudgeArguments()
+    assert add_frs_callback(FRSCallbackArguments(), trainer, judge=local) is None  # off by default
+    args = FRSCallbackArguments(frs_every_n_steps=5, frs_eval_set="svamp:0:3", frs_traces=2)
+    callback = add_frs_callback(args, trainer, judge=JudgeArguments(judge="none"))
     assert trainer.callback_handler.callbacks == [callback] and callback.trainer is trainer
-    assert (len(callback.rows), callback.every_n_steps, callback.n_traces, callback.judge_spec) == (3, 5, 2, None)
-    callback = add_frs_callback(FRSArguments(frs_every_n_steps=1, frs_max_new_tokens=64), trainer)
-    assert callback.judge_spec == "local" and len(callback.rows) == 10 and callback.overrides == {"max_new_tokens": 64}
-    assert callback.judge_kwargs == {"cache_dir": str(tmp_path / "judge_cache"), "max_tokens": 96, "timeout_s": 600}
-    assert callback.config.judge_sees_correctness is True and callback.config.k_percent == 10
-    args = FRSArguments(frs_every_n_steps=1, frs_judge_sees_correctness=False, frs_k_percent=20)
-    callback = add_frs_callback(args, trainer)
+    assert (len(callback.rows), callback.every_n_steps, callback.n_traces, callback.judge) == (3, 5, 2, None)
+    callback = add_frs_callback(FRSCallbackArguments(frs_every_n_steps=1, frs_max_new_tokens=64), trainer, judge=local)
+    assert callback.judge is local and len(callback.rows) == 10 and callback.overrides == {"max_new_tokens": 64}
+    assert callback.n_traces == 4  # the callback's CPU-sized default (procrl frs: 16)
+    assert callback.config == FRSConfig(seed=7)  # K = 10, the curve at 10-50, the judge sees the answer check
+    args = FRSCallbackArguments(frs_every_n_steps=1, frs_judge_sees_correctness=False, frs_k_percent=20,
+                                frs_temperature=0.5, frs_estimator="bins")  # fmt: skip
+    callback = add_frs_callback(args, trainer, judge=local)
     assert callback.config.judge_sees_correctness is False and callback.config.k_percent == 20
-    assert callback.config.k_values == (10, 20, 30, 40, 50)
-    with pytest.raises(ValueError, match="frs_eval_set"):
-        FRSArguments(frs_eval_set="gsm8k:a:b")
-    with pytest.raises(ValueError, match="frs_every_n_steps"):
-        FRSArguments(frs_every_n_steps=-1)
+    assert callback.config.k_values == (10, 20, 30, 40, 50) and callback.config.estimator == "bins"
+    assert callback.overrides == {"temperature": 0.5}
+    for kwargs, message in [
+        ({"frs_eval_set": "gsm8k:a:b"}, "frs_eval_set"),
+        ({"frs_every_n_steps": -1}, "frs_every_n_steps must be >= 0"),
+        ({"frs_traces": 0}, "frs_traces must be >= 1"),
+        ({"frs_k_percent": 0}, r"percentages in \(0, 100\], got 0"),
+        ({"frs_k_values": [10, 120]}, "got 120"),
+        ({"frs_max_new_tokens": 0}, "frs_max_new_tokens must be >= 1"),
+        ({"frs_temperature": 0.0}, "frs_temperature must be > 0"),
+        ({"frs_random_baseline": "median"}, "frs_random_baseline must be 'sample' or 'mean'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            FRSCallbackArguments(**kwargs)
 
 
-def test_the_callback_and_its_sampler_keep_their_old_path_for_one_release():
-    with pytest.warns(DeprecationWarning, match="procrl.trainers.frs_callback.FRSCallback"):
-        assert callbacks.FRSCallback is FRSCallback
-    with pytest.warns(DeprecationWarning, match="procrl.evals.frs.sampling.generate_traces"):
-        assert callbacks.generate_traces is generate_traces
+def test_the_run_judge_is_opened_once_on_first_use_and_closed_at_the_end(tmp_path, monkeypatch):
+    opened, closed = [], []
+    judge = ConstantJudge()
+
+    @contextlib.contextmanager
+    def fake_open(self, *, output_dir, default_max_tokens):
+        opened.append((self.judge, str(output_dir), default_max_tokens))
+        yield judge
+        closed.append(True)
+
+    monkeypatch.setattr(JudgeArguments, "open", fake_open)
+    callback = FRSCallback(_dataset(), every_n_steps=1, judge=JudgeArguments(judge="http://127.0.0.1:9/v1"))
+    callback.trainer = types.SimpleNamespace(args=types.SimpleNamespace(output_dir=str(tmp_path)))
+    assert callback._open_judge() is judge and callback._open_judge() is judge
+    assert opened == [("http://127.0.0.1:9/v1", str(tmp_path), 96)]  # FRS's reply budget (JUDGE_MAX_TOKENS)
+    callback.close()
+    assert closed == [True]

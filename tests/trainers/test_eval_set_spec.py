@@ -1,5 +1,5 @@
 """The one name:start:end[:max_new_tokens] parser (`procrl.trainers.tasks.arguments.parse_eval_set`) behaves as the
-two it replaced: task=math's `eval_sets` parser and the `frs_eval_set` check + parse of `procrl.trainers.callbacks`."""
+two it replaced: task=math's `eval_sets` parser and the `frs_eval_set` check + parse of the FRS callback."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from procrl.trainers.callbacks import FRSArguments
+from procrl.trainers.frs_callback import FRSCallbackArguments
 from procrl.trainers.tasks.arguments import MathTaskArguments, parse_eval_set
 
 
@@ -53,10 +53,10 @@ def test_one_parser_matches_both_old_ones(with_tokens, old):
 
 def test_the_dataclasses_use_it():
     with pytest.raises(ValueError, match=r"frs_eval_set must look like name:start:end, e\.g\. gsm8k:0:10; got 'a:-1'"):
-        FRSArguments(frs_eval_set="a:-1")
+        FRSCallbackArguments(frs_eval_set="a:-1")
     with pytest.raises(ValueError, match="frs_eval_set"):
-        FRSArguments(frs_eval_set="gsm8k:0:10:96")  # no token budget in the FRS form
-    assert FRSArguments(frs_eval_set="svamp::3").frs_eval_set == "svamp::3"
+        FRSCallbackArguments(frs_eval_set="gsm8k:0:10:96")  # no token budget in the FRS form
+    assert FRSCallbackArguments(frs_eval_set="svamp::3").frs_eval_set == "svamp::3"
     with pytest.raises(ValueError, match="start, end and max_new_tokens must be integers"):
         MathTaskArguments(eval_sets=["svamp:a"])
     with pytest.raises(ValueError, match="must look like name:start:end:max_new_tokens"):

@@ -3,7 +3,7 @@ opener.
 
 - the job (`procrl.trainers.tasks.job`: `run_grpo_job`, `TASKS`): load the policy, open the task, build the rewards,
   evaluate before, train with `ProcessGRPOTrainer`, evaluate after, write `summary.json` and `curves.png` (import
-  it from its module: this package stays light, since `procrl.trainers.callbacks`, which the job uses, imports
+  it from its module: this package stays light, since `procrl.trainers.frs_callback`, which the job uses, imports
   `procrl.trainers.tasks.arguments`);
 - math (`procrl.trainers.tasks.math`): single-turn math problems (`load_math_dataset`), the outcome check of the
   run's `answer_extraction`, greedy before/after evaluation sets;
@@ -11,7 +11,8 @@ opener.
   judge, NLI and verifier, EM as the outcome check.
 
 Their settings are `procrl.trainers.tasks.arguments.MathTaskArguments` and `SearchTaskArguments` (plain
-dataclasses, no inheritance; the common ones are `GRPOScriptArguments` of the entry point). The two task modules
+dataclasses; `SearchTaskArguments` extends `procrl.judges.JudgeArguments`, the run's one judge; the common settings
+are `GRPOScriptArguments` of the entry point). The two task modules
 never import each other. Each opener is a context manager yielding an object with the attributes of `GRPOTask`
 and closing what it started (the local judge server) on exit. The rewards themselves come from the one registry
 at the entry point (`procrl.scripts.train_grpo.REWARDS`), built by `procrl.trainers.tasks.rewards`; the entry point

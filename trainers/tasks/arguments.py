@@ -1,11 +1,15 @@
 """The settings of the two GRPO tasks, as `TrlParser` dataclasses (YAML keys of `train_grpo.py`).
 
 `MathTaskArguments` (task: math) and `SearchTaskArguments` (task: search) are parsed for every run, side by side
-with the common `GRPOScriptArguments` of `procrl.scripts.train_grpo`, `FRSArguments`, `ProcessGRPOConfig` and
-`ModelConfig`; the fields of the task a run does not use are ignored. Each validates only its own fields; checks
-that need the task or the reward names live in `GRPOScriptArguments`. This module imports nothing heavy (the NLI
-decision rule, `procrl.rewards.stepgap.nli_rule`, is plain Python), so the parser builds without loading either
-task.
+with the common `GRPOScriptArguments` of `procrl.scripts.train_grpo`, `FRSCallbackArguments`, `ProcessGRPOConfig`
+and `ModelConfig`; the fields of the task a run does not use are ignored. Each validates only its own fields; checks
+that need the task or the reward names live in `GRPOScriptArguments`.
+
+The run's one judge: `SearchTaskArguments` extends `procrl.judges.JudgeArguments`, so its `judge*` keys are parsed
+once per run and serve both users, the StepGap reward of task=search and the FRS callback
+(`procrl.trainers.frs_callback`, `frs_every_n_steps` > 0) of task=math. This module imports nothing heavy (the NLI
+decision rule, `procrl.rewards.stepgap.nli_rule`, is plain Python; the judge settings are a dataclass), so the
+parser builds without loading either task.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from procrl.judges import JudgeArguments
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
 
 __all__ = ["SEARCH_TEMPLATES", "MathTaskArguments", "SearchTaskArguments", "parse_eval_set"]
@@ -26,7 +31,7 @@ def parse_eval_set(spec: str, *, with_tokens: bool = True) -> tuple[str, int, in
     The one parser of both forms:
         with_tokens=True (task=math `eval_sets`): name[:start[:end[:max_new_tokens]]], integers; an empty `start`
             is 0, an empty `end` None (all rows), and tokens default to 256.
-        with_tokens=False (FRS problems, `frs_eval_set` of `procrl.trainers.callbacks.FRSArguments`):
+        with_tokens=False (FRS problems, `frs_eval_set` of `procrl.trainers.frs_callback.FRSCallbackArguments`):
             name[:start[:end]], digits only; tokens are None.
 
     Raises:
@@ -81,8 +86,10 @@ class MathTaskArguments:
 
 
 @dataclass
-class SearchTaskArguments:
-    """Settings of `task: search` (StepGap GRPO): retriever, search episodes, judge, NLI and the StepGap reward."""
+class SearchTaskArguments(JudgeArguments):
+    """Settings of `task: search` (StepGap GRPO): the run's judge (`JudgeArguments`, first: `judge`, `judge_model`,
+    `judge_max_tokens` (null = `procrl.rewards.stepgap.check.JUDGE_MAX_TOKENS`, 512), ...; also the FRS judge of
+    task=math), then retriever, search episodes, NLI and the StepGap reward."""
 
     retriever: str = field(
         default="2wiki_corpus_sample",
@@ -95,44 +102,6 @@ class SearchTaskArguments:
     search_topk: int = field(default=3, metadata={"help": "task=search: passages per search (DESIGN default 3)."})
     search_max_turns: int = field(
         default=4, metadata={"help": "task=search: executed searches per episode (DESIGN default 4)."}
-    )
-    judge: str = field(
-        default="local",
-        metadata={
-            "help": "task=search: the StepGap judge: 'local' / 'local:<model dir>' (starts vLLM's OpenAI server on "
-            "the default model / that one, stopped at the end: each step's schema enforced, closed choices read as "
-            "probabilities; where vLLM cannot be imported, a schema-constrained transformers judge in this process), "
-            "'serve:transformers[:<model dir>]' (`transformers serve`, which ignores the schema), "
-            "'transformers:<model dir>' (in process), or an OpenAI-compatible URL 'http://host:port/v1[#model]'."
-        },
-    )
-    judge_model: str | None = field(default=None, metadata={"help": "task=search: model id for a judge URL."})
-    judge_max_tokens: int = field(
-        default=512,
-        metadata={
-            "help": "task=search: judge reply token limit (the A-C JSON needs ~100 tokens; a free-text field that "
-            "loops to its bound takes up to ~520)."
-        },
-    )
-    judge_timeout_s: float = field(default=600.0, metadata={"help": "task=search: per-request judge timeout (s)."})
-    judge_concurrency: int = field(default=4, metadata={"help": "task=search: concurrent judge requests."})
-    judge_num_threads: int = field(
-        default=1,
-        metadata={
-            "help": "task=search, local / serve:transformers judge: CPU threads of the server (vLLM: OMP threads, "
-            "unpinned; 1 avoids thrashing)."
-        },
-    )
-    judge_continuous_batching: bool = field(
-        default=True,
-        metadata={
-            "help": "task=search, serve:transformers judge only: `transformers serve --continuous-batching` with "
-            "JudgeServer's bounded KV cache (256 x 32 tokens); false = one request at a time. Ignored by 'local' "
-            "(vLLM always batches) and by the other judges."
-        },
-    )
-    judge_cache_dir: str | None = field(
-        default=None, metadata={"help": "task=search: judge cache directory; null = <output_dir>/judge_cache."}
     )
     nli: str = field(
         default="judge",
@@ -182,14 +151,11 @@ class SearchTaskArguments:
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()  # the judge settings
         if self.search_topk < 1 or self.search_max_turns < 0:
             raise ValueError(
                 f"search_topk must be >= 1 and search_max_turns >= 0, got {self.search_topk}, {self.search_max_turns}"
             )
-        if self.judge_max_tokens < 1 or self.judge_concurrency < 1 or self.judge_num_threads < 1:
-            raise ValueError("judge_max_tokens, judge_concurrency and judge_num_threads must be >= 1")
-        if not self.judge_timeout_s > 0:
-            raise ValueError(f"judge_timeout_s must be > 0, got {self.judge_timeout_s}")
         if not math.isfinite(self.stepgap_lambda):
             raise ValueError(f"stepgap_lambda must be a finite number, got {self.stepgap_lambda}")
         if not (math.isfinite(self.stepgap_format_penalty) and self.stepgap_format_penalty <= 0):

@@ -22,8 +22,8 @@ from trl import get_peft_config
 from procrl.models import load_policy
 from procrl.experiment.reporting import finish_wandb_run, plot_curves
 from procrl.evals.stats import format_estimate
-from procrl.trainers.callbacks import add_frs_callback
 from procrl.evals.accuracy import evaluate
+from procrl.trainers.frs_callback import add_frs_callback
 from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.tasks.rewards import RewardSet
 from procrl.trainers.vllm_colocate import colocate_engine
@@ -52,7 +52,8 @@ def run_grpo_job(job: Any, make_rewards: Callable[[Any], RewardSet]) -> dict:
 
     Args:
         job: the parsed settings (`procrl.scripts.train_grpo.GRPOJob`): `script` (`GRPOScriptArguments`: task,
-            data, rewards), `math` (`MathTaskArguments`), `search` (`SearchTaskArguments`), `frs` (`FRSArguments`),
+            data, rewards), `math` (`MathTaskArguments`), `search` (`SearchTaskArguments`, with the run's judge),
+            `frs` (`FRSCallbackArguments`),
             `training` (`ProcessGRPOConfig`) and `model` (TRL's `ModelConfig`).
         make_rewards: the opened task (a `procrl.trainers.tasks.GRPOTask`) -> the run's `RewardSet` (scalar reward
             functions, their weights, the step scorer or None).
@@ -136,7 +137,8 @@ def _run(job: Any, make_rewards: Callable[[Any], RewardSet], stack: contextlib.E
         trainer.vllm_generation.sync_weights()  # the engine loaded the checkpoint; the policy is what counts
     before = run_eval("before", model) if training.process_index == 0 else []
     if task.frs_template is not None:  # FRS judges math reasoning; no-op unless frs_every_n_steps > 0
-        add_frs_callback(job.frs, trainer, prompt_template=task.frs_template)
+        # the run's one judge: its JudgeArguments are parsed as part of SearchTaskArguments
+        add_frs_callback(job.frs, trainer, judge=job.search, prompt_template=task.frs_template)
     train_start = time.perf_counter()
     train_output = trainer.train()
     train_time = time.perf_counter() - train_start

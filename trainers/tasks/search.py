@@ -14,14 +14,15 @@ needs and closes what it started (the local judge server) on exit, also when tra
   http(s) URL -> `RetrieverClient` (Search-R1's `POST /retrieve`; `procrl.data_builders.search_qa.open_retriever`);
 - rollouts: `ProcessRollout(env=SearchEnvironment(retriever, topk, max_turns))` (multi-turn episodes, the
   information tokens masked out of the loss by TRL through `env_mask`);
-- judge: `procrl.judges.open_judge(judge, ...)` with the keywords of `procrl.judges.judge_options` ("local" starts
-  vLLM's OpenAI server on the default model, one CPU thread, with each request's schema enforced and top log-probs
-  read as probabilities, or, where vLLM cannot be imported, a constrained `TransformersJudge` in this process;
-  "serve:transformers" is `transformers serve`, with continuous batching unless `judge_continuous_batching: false`;
-  a URL uses that server); NLI: `make_nli(nli, judge)` ("judge" = the judge with an NLI prompt, else a
-  cross-encoder), memoised by `CachedNLI`; the verifier `StepGapVerifier(judge, nli,
-  constrain_quotes=stepgap_constrain_quotes, nli_thresholds=NLIThresholds(stepgap_nli_entail_min,
-  stepgap_nli_contradict_min))` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
+- judge: the run's `procrl.judges.JudgeArguments` (the `judge*` keys, part of `SearchTaskArguments`), opened with
+  `JudgeArguments.open` and a reply budget of `procrl.rewards.stepgap.check.JUDGE_MAX_TOKENS` (512) unless
+  `judge_max_tokens` sets one ("local" starts vLLM's OpenAI server on the default model, one CPU thread, with each
+  request's schema enforced and top log-probs read as probabilities, or, where vLLM cannot be imported, a
+  constrained `TransformersJudge` in this process; "serve:transformers" is `transformers serve`, with continuous
+  batching unless `judge_continuous_batching: false`; a URL uses that server; "none" is refused); NLI:
+  `make_nli(nli, judge)` ("judge" = the judge with an NLI prompt, else a cross-encoder), memoised by `CachedNLI`;
+  the verifier `StepGapVerifier(judge, nli, constrain_quotes=stepgap_constrain_quotes,
+  nli_thresholds=NLIThresholds(stepgap_nli_entail_min, stepgap_nli_contradict_min))` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
   base_cc=0 for zero-CC)`.
 
 The rewards are the entry point's (`procrl.scripts.train_grpo.REWARDS`): `em` = `procrl.rewards.qa.em_reward` (also
@@ -41,12 +42,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions, open_retriever
-from procrl.judges import judge_options, open_judge
 from procrl.rewards.qa import em_reward
+from procrl.rewards.stepgap.check import JUDGE_MAX_TOKENS
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
 from procrl.rewards.stepgap.reward import StepGapRewardConfig
 from procrl.rewards.stepgap.verifier import StepGapVerifier
@@ -102,13 +102,16 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
     Args:
         script_args: `GRPOScriptArguments` with `task: search` (reads `dataset_name`, `dataset_start`,
             `dataset_end`, `prompt_template`).
-        search_args: `SearchTaskArguments`.
+        search_args: `SearchTaskArguments` (with the run's judge settings).
         output_dir: the run's output directory (the judge cache defaults to `<output_dir>/judge_cache`).
 
     Raises:
+        ValueError: `judge: none` (the StepGap reward needs a judge).
         FileNotFoundError: a retriever or question file that does not exist.
         RuntimeError: the local judge server did not start.
     """
+    if not search_args.enabled:
+        raise ValueError("task=search needs a judge for the StepGap labels, got judge: none; use judge: local or a URL")
     template = script_args.prompt_template
     # search_one_shot / one_shot: the worked search episode first; search / zero_shot: the instruction alone
     example = template in ("search_one_shot", "one_shot")
@@ -123,20 +126,10 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
     retriever = open_retriever(search_args.retriever)
     env = SearchEnvironment(retriever, topk=search_args.search_topk, max_turns=search_args.search_max_turns)
 
-    spec = search_args.judge
-    judge_kwargs = judge_options(
-        spec,
-        max_tokens=search_args.judge_max_tokens,
-        timeout_s=search_args.judge_timeout_s,
-        model=search_args.judge_model,
-        continuous_batching=search_args.judge_continuous_batching,
-        num_threads=search_args.judge_num_threads,
-    )
-    cache_dir = search_args.judge_cache_dir or str(Path(output_dir) / "judge_cache")
     logger.info("task=search: %d questions, retriever %s, judge %s, nli %s (%s), quotes %s", len(dataset),
-                search_args.retriever, spec, search_args.nli, search_args.stepgap_nli_thresholds,
+                search_args.retriever, search_args.judge, search_args.nli, search_args.stepgap_nli_thresholds,
                 "constrained" if search_args.stepgap_constrain_quotes else "free")  # fmt: skip
-    with open_judge(spec, cache_dir=cache_dir, max_concurrency=search_args.judge_concurrency, **judge_kwargs) as judge:
+    with search_args.open(output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
         nli = CachedNLI(make_nli(search_args.nli, judge))
         yield SearchTask(
             train_dataset=dataset,
