@@ -59,7 +59,7 @@ def _run(cmd, tmp_path, **env):
 
 
 def _summary(out_dir):
-    summary = json.loads((Path(out_dir) / "summary.json").read_text())
+    summary = json.loads((Path(out_dir) / "run.json").read_text())["result"]  # the one results file
     assert (Path(out_dir) / "curves.png").stat().st_size > 1000
     assert [r["name"] for r in summary["before"]] == ["svamp[700:702]", "gsm8k[0:2]"]
     assert [r["name"] for r in summary["after"]] == ["svamp[700:702]", "gsm8k[0:2]"]
@@ -74,12 +74,13 @@ def test_python_train_grpo_with_wandb_offline(tmp_path, tiny_model_dir):
     )
     summary = _summary(out)
     assert summary["world_size"] == 1
-    assert summary["wandb_dir"] and Path(summary["wandb_dir"]).is_dir()
-    assert "accuracy [95% CI]" in proc.stdout  # the before/after table is printed
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "finished" and record["command"] == "train-grpo"
+    wandb_dir = record["files"]["wandb"]
+    assert Path(wandb_dir).is_dir()
+    assert "accuracy [95% CI]" in proc.stdout and f"sync later with: wandb sync {wandb_dir}" in proc.stdout
     # one wandb run, finished by procrl.experiment.tracking after the record's metrics went into its summary
-    wandb_run = load_wandb_run(summary["wandb_dir"])
+    wandb_run = load_wandb_run(wandb_dir)
     assert wandb_run["status"] == "finished"
     assert wandb_run["metrics"]["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])
 
