@@ -2,7 +2,7 @@
 # GRPO with the StepGap reward on 2WikiMultihopQA questions (DESIGN §4 "StepGap"; procrl.trainers.tasks.search):
 # search episodes over the bm25s index, typed step labels from the judge, R = EM + λ Σ [base + shaping].
 # Logs stepgap/label_{NONE,CC,IE,MB,ERROR}, stepgap/searches_per_completion, rewards/em_reward/mean and
-# task/accuracy (EM) to wandb (offline unless WANDB_MODE says otherwise) and writes summary.json + curves.png.
+# task/accuracy (EM) to wandb (offline unless WANDB_MODE says otherwise) and writes run.json (the results) + curves.png.
 #   launch/grpo_stepgap.sh                                   # default model, local judge, builtin index, 2 CPU steps
 #   JUDGE=http://127.0.0.1:8000/v1 RETRIEVER=http://127.0.0.1:8001 LAMBDA=0.5 SHAPING=off launch/grpo_stepgap.sh
 #   CONFIG=configs/grpo/stepgap_2wiki_smollm2_zero_cc.yaml launch/grpo_stepgap.sh --max_steps 5   # flags override

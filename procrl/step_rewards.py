@@ -57,11 +57,17 @@ class StepRewards:
 class StepRewardFunc(Protocol):
     """A step scorer as the trainer calls it (TRL's reward signature, one `StepRewards` or None per completion).
 
-    `f(prompts, completions, completion_ids, **kwargs) -> list[StepRewards | None]`: dataset columns and the
-    rollout's extra fields arrive as keywords (as for TRL reward functions), `completion_ids` are the sampled ids
-    the boundaries refer to, and None means "not applicable" (zero process advantage, counted in
-    `process/not_applicable`). A step scorer used for process advantages must not also be one of TRL's
-    `reward_funcs`, or it would be counted twice.
+    `f(prompts, completions, completion_ids, **kwargs) -> list[StepRewards | None]`, one entry per completion:
+    dataset columns and the rollout's extra fields arrive as keywords (as for TRL reward functions),
+    `completion_ids` are the sampled ids the boundaries refer to (the last boundary must equal the completion's
+    length), and None means "not applicable" (zero process advantage, counted in `process/not_applicable`). Values
+    are raw: the trainer normalises them over the steps of each prompt's group. A step scorer used for process
+    advantages must not also be one of TRL's `reward_funcs`, or it would be counted twice.
+
+    Give it to `ProcessGRPOTrainer(step_reward_func=...)` with `advantage_mode: process | mixed`; in a
+    `train_grpo.py` config, name it by import path, `step_reward_func: my_pkg.my_mod:my_scorer` (the object there
+    is used as it is; `procrl.trainers.tasks.rewards`). An optional `needs_logps = True` attribute asks the rollout
+    for `completion_logps` when the scorer reads them from `**kwargs`.
     """
 
     __name__: str

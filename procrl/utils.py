@@ -1,9 +1,7 @@
-"""Small helpers shared by every procrl module: logging, completion text, reward-output checks, JSON output, wandb,
-objects named by dotted path."""
+"""Small helpers shared by every procrl module: logging, completion text, reward-output checks, JSON output, wandb."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import logging
 import math
@@ -98,21 +96,6 @@ def reads_completion_logps(func: Any) -> bool:
         return "completion_logps" in inspect.signature(func).parameters
     except (TypeError, ValueError):
         return True
-
-
-def import_object(path: str) -> Any:
-    """The object a dotted path names: "package.module:name" or "package.module.name" (the module is imported).
-
-    Raises:
-        ModuleNotFoundError: the module does not exist. AttributeError: it has no such name. ValueError: no module.
-
-    >>> import_object("procrl.utils:json_safe").__name__, import_object("math.pi") > 3
-    ('json_safe', True)
-    """
-    module, _, name = path.replace(":", ".").rpartition(".")
-    if not module:
-        raise ValueError(f"{path!r} names no module: use 'package.module:name' (or 'package.module.name')")
-    return getattr(importlib.import_module(module), name)
 
 
 def json_safe(value: Any) -> Any:

@@ -34,7 +34,7 @@ def test_accelerate_launch_train_pum_on_the_shipped_pairs(tmp_path):
              "2", "--per_device_eval_batch_size", "4", "--probe_size", "1"]  # fmt: skip
     proc = _run([str(BIN / "accelerate"), "launch", str(ROOT / "train_pum.py"), *flags], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    summary = json.loads((tmp_path / "outputs" / "pum" / "summary.json").read_text())
+    summary = json.loads((tmp_path / "outputs" / "pum" / "run.json").read_text())["result"]
     assert summary["data"]["dataset"] == "pum_math_gsm8k_cpu"
     assert summary["train"]["steps"] == 1
     assert summary["heldout"]["after"]["n"] == 4
@@ -59,7 +59,7 @@ def test_grpo_stepgap_script_at_a_tiny_size(tmp_path, tiny_model_dir):
     proc = _run(["bash", str(ROOT / "launch" / "grpo_stepgap.sh"), *flags], cwd=tmp_path,
                 MODEL=str(tiny_model_dir), PYTHON=sys.executable)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "run.json").read_text())["result"]
     assert summary["task"] == "search" and summary["train"]["steps"] == 1
     assert summary["train"]["reward_funcs"] == ["em_reward", "stepgap_reward"]
     logged = {k for row in summary["log_history"] for k in row}

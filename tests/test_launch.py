@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from wandb_service import WANDB_SERVICE_ENV, wandb_records, wandb_summary  # tests/helpers
+from wandb_service import WANDB_SERVICE_ENV  # tests/helpers
+
+from procrl.experiment.run_records import load_wandb_run
 
 pytestmark = pytest.mark.slow  # every test here starts a subprocess
 
@@ -57,7 +59,7 @@ def _run(cmd, tmp_path, **env):
 
 
 def _summary(out_dir):
-    summary = json.loads((Path(out_dir) / "summary.json").read_text())
+    summary = json.loads((Path(out_dir) / "run.json").read_text())["result"]  # the one results file
     assert (Path(out_dir) / "curves.png").stat().st_size > 1000
     assert [r["name"] for r in summary["before"]] == ["svamp[700:702]", "gsm8k[0:2]"]
     assert [r["name"] for r in summary["after"]] == ["svamp[700:702]", "gsm8k[0:2]"]
@@ -72,14 +74,15 @@ def test_python_train_grpo_with_wandb_offline(tmp_path, tiny_model_dir):
     )
     summary = _summary(out)
     assert summary["world_size"] == 1
-    assert summary["wandb_dir"] and Path(summary["wandb_dir"]).is_dir()
-    assert "accuracy [95% CI]" in proc.stdout  # the before/after table is printed
     record = json.loads((out / "run.json").read_text())
     assert record["status"] == "finished" and record["command"] == "train-grpo"
+    wandb_dir = record["files"]["wandb"]
+    assert Path(wandb_dir).is_dir()
+    assert "accuracy [95% CI]" in proc.stdout and f"sync later with: wandb sync {wandb_dir}" in proc.stdout
     # one wandb run, finished by procrl.experiment.tracking after the record's metrics went into its summary
-    records = wandb_records(summary["wandb_dir"])
-    assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
-    assert wandb_summary(records)["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])
+    wandb_run = load_wandb_run(wandb_dir)
+    assert wandb_run["status"] == "finished"
+    assert wandb_run["metrics"]["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])
 
 
 def test_accelerate_launch(tmp_path, tiny_model_dir):

@@ -1,4 +1,5 @@
-"""PUM rewards in `train_grpo.py` (`procrl.scripts.train_grpo`; reward names pum / pum_min / pum_last, pum_model) and launch/grpo_pum.sh.
+"""PUM rewards in `train_grpo.py` (`procrl.scripts.train_grpo`; reward names pum / pum_min / pum_last, step scorer pum,
+pum_model) and launch/grpo_pum.sh.
 
 A tiny random Llama stands in for the policy and a tiny random LlamaForSequenceClassification (saved with its score
 head) for the PUM; each variant runs one GRPO step in a subprocess, exactly as a user starts it.
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from procrl.scripts.train_grpo import GRPOScriptArguments, make_rewards, parse_args
+from procrl.scripts.train_grpo import parse_args
+from procrl.trainers.tasks.arguments import GRPOScriptArguments
+from procrl.trainers.tasks.job import make_rewards
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "configs" / "grpo"
@@ -41,7 +44,7 @@ def test_configs_build_the_documented_rewards(variant, tmp_path, models):
     assert len(weights) == len(funcs)
     if variant == "outcome_anchored":
         assert weights == [1.0, 0.5]  # DESIGN §4: outcome + 0.5 U(x, y)
-    # in process/mixed mode "pum" is the step scorer and not also a scalar reward (never counted twice)
+    # in mixed mode the step scorer (step_reward_func: pum) is not also a scalar reward (never counted twice)
     assert (step_scorer is not None) == (mode != "outcome")
     assert step_scorer is None or step_scorer.__name__ == "pum_step_increments"
 
@@ -49,18 +52,11 @@ def test_configs_build_the_documented_rewards(variant, tmp_path, models):
 def test_pum_rewards_without_a_model_or_step_scorer_are_refused(tmp_path):
     with pytest.raises(ValueError, match="set pum_model"):
         GRPOScriptArguments(reward_funcs=["outcome", "pum_min"])
-    # refused when the settings are parsed (reward_weights are checked against the rewards then) or, at the
-    # latest, when the rewards are built
-    with pytest.raises(ValueError, match="needs a step scorer"):
-        make_rewards(_parse(
-            "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "outcome", "--reward_weights", "1.0",
-            "--output_dir", str(tmp_path),
-        ))  # fmt: skip
-    with pytest.raises(ValueError, match="scalar reward besides"):
-        make_rewards(_parse(
-            "svamp_smollm2_pum_steps.yaml", "--reward_funcs", "pum", "--reward_weights", "1.0", "--pum_model",
-            str(tmp_path), "--output_dir", str(tmp_path),
-        ))  # fmt: skip
+    with pytest.raises(ValueError, match="set pum_model"):
+        GRPOScriptArguments(step_reward_func="pum")
+    # refused when the settings are parsed, before any model loads
+    with pytest.raises(ValueError, match="needs a step scorer: set step_reward_func"):
+        _parse("svamp_smollm2_pum.yaml", "--advantage_mode", "mixed", "--output_dir", str(tmp_path))
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +83,7 @@ def test_launch_script_runs_each_variant(variant, tmp_path, models):
     proc = subprocess.run(["bash", str(SCRIPT), *flags], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "run.json").read_text())["result"]
     _, names, mode = VARIANTS[variant]
     assert summary["train"]["steps"] == 1
     assert summary["train"]["reward_funcs"] == names

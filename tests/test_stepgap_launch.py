@@ -21,7 +21,8 @@ from procrl.judges import Judge, JudgeResult, parse_judgement
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
 from procrl.rewards.stepgap.reward import StepGapReward, StepGapStepRewards
-from procrl.scripts.train_grpo import make_rewards, parse_args, run
+from procrl.scripts.train_grpo import parse_args
+from procrl.trainers.tasks.job import make_rewards, run_grpo_job
 from procrl.trainers.tasks.search import open_search_task
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +116,8 @@ def _argv(model_dir, out_dir, *extra):
 
 @pytest.mark.slow  # trains
 def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
-    summary = run(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
+    result = run_grpo_job(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
+    summary = result.summary
     assert fakes["closed"] == 1 and fakes["opened"][0][0] == "local"  # the judge was opened once and closed
     kwargs = fakes["opened"][0][1]
     assert kwargs["num_threads"] == 1 and kwargs["max_tokens"] == 512
@@ -139,7 +141,8 @@ def test_one_step_logs_stepgap_metrics(tmp_path, tiny_model_dir, fakes):
     # R = EM + base(IE) + ignored-gap shaping (the answer after IE is no new search) + base(last):
     # row 0: 1 - 0.10 - 0.10 + 0.20 = 1.00; row 1: 0 - 0.10 - 0.10 - 0.10 = -0.30; mean 0.35.
     assert logs["rewards/stepgap_reward/mean"] == pytest.approx(0.35)
-    assert (tmp_path / "out" / "summary.json").is_file()
+    assert result.files["curves"] == str(tmp_path / "out" / "curves.png")
+    assert (tmp_path / "out" / "curves.png").is_file() and not (tmp_path / "out" / "summary.json").exists()
 
 
 def test_judge_closed_when_training_fails(tmp_path, tiny_model_dir, fakes, monkeypatch):
@@ -148,7 +151,7 @@ def test_judge_closed_when_training_fails(tmp_path, tiny_model_dir, fakes, monke
 
     monkeypatch.setattr("procrl.trainers.grpo.ProcessGRPOTrainer.train", boom)
     with pytest.raises(RuntimeError, match="training failed"):
-        run(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
+        run_grpo_job(parse_args(_argv(tiny_model_dir, tmp_path / "out")))
     assert fakes["closed"] == 1
 
 
@@ -202,13 +205,14 @@ def test_nli_thresholds_outside_0_1_are_refused_at_parse_time(flag, value, tmp_p
 
 def test_process_mode_uses_step_rewards(fakes, tmp_path):
     argv = ["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "mixed",
+            "--reward_funcs", "em", "--reward_weights", "1.0", "--step_reward_func", "stepgap",
             "--stepgap_lambda", "0.5"]  # fmt: skip
     ctx, job = _task(argv)
     with ctx as task:
         rewards = make_rewards(job, task)
-        assert rewards.funcs == [em_reward] and job.training.reward_weights == [0.0]  # stepgap's weight dropped
+        assert rewards.funcs == [em_reward] and rewards.weights == [1.0]
         step = rewards.step_reward_func
-        assert isinstance(step, StepGapStepRewards) and step.config.lam == 0.5
+        assert isinstance(step, StepGapStepRewards) and step.config.lam == 0.5 and step.verifier is task.verifier
 
 
 def test_the_search_task_needs_a_judge(fakes, tmp_path):
@@ -230,7 +234,7 @@ def test_bad_search_settings():
 
 def test_process_mode_needs_stepgap(tmp_path):
     # refused when the settings are parsed, before a model, the questions or the judge load
-    with pytest.raises(ValueError, match="add it to reward_funcs"):
+    with pytest.raises(ValueError, match=r"needs a step scorer: set step_reward_func \(stepgap,"):
         parse_args(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--advantage_mode", "process",
                     "--reward_funcs", "em", "--reward_weights", "1.0"])  # fmt: skip
 

@@ -23,10 +23,11 @@ TRL facts this relies on (trl 1.16.0, trl/trainer/reward_trainer.py):
   `pair_type` is gone and TRL's `eval_accuracy` is the mean of per-batch accuracies over all types: per-type
   pairwise accuracy comes from `PairwiseAccuracyCallback`, which scores the held-out pairs itself.
 
-Outputs in `output_dir`: the model (full weights, or the LoRA adapter with the trained `score` head), its tokenizer,
-`pum_config.json` (rendering settings for `PrefixUtilityModel.from_pretrained`) and `summary.json` (data counts,
-held-out pairwise accuracy overall and per pair type before and after training, a length-only baseline, in-trainer
-scores of a few held-out prefixes, the log history).
+Outputs in `output_dir`: the model (full weights, or the LoRA adapter with the trained `score` head), its tokenizer
+and `pum_config.json` (rendering settings for `PrefixUtilityModel.from_pretrained`). `train` returns the summary
+(data counts, held-out pairwise accuracy overall and per pair type before and after training, a length-only
+baseline, in-trainer scores of a few held-out prefixes, the log history), which `train_pum.py` records as the
+`result` of the run's `run.json`.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from procrl.rewards.pum import PUM_CONFIG_NAME, PrefixUtilityModel
 from procrl.rewards.steps import DEFAULT_SEPARATOR
 from procrl.evals import pum as pum_evaluation
 from procrl.trainers import pum_data
-from procrl.utils import default_wandb_offline, get_logger, json_safe, prompt_to_text
+from procrl.utils import default_wandb_offline, get_logger, prompt_to_text
 
 logger = get_logger(__name__)
 
@@ -112,8 +113,8 @@ class PUMScriptArguments:
     probe_size: int = field(
         default=4,
         metadata={
-            "help": "Held-out chosen prefixes whose in-trainer scores go into summary.json, to check a reloaded "
-            "checkpoint against (PrefixUtilityModel.from_pretrained must reproduce them)."
+            "help": "Held-out chosen prefixes whose in-trainer scores go into the summary (run.json), to check a "
+            "reloaded checkpoint against (PrefixUtilityModel.from_pretrained must reproduce them)."
         },
     )
 
@@ -148,7 +149,7 @@ class PUMTrainingConfig(RewardConfig):
 
     output_dir: str | None = field(
         default="outputs/pum",
-        metadata={"help": "Where the PUM checkpoint, pum_config.json and summary.json are written."},
+        metadata={"help": "Where the PUM checkpoint, pum_config.json and run.json are written."},
     )
     learning_rate: float = field(default=1e-5, metadata={"help": "The initial learning rate for AdamW."})
     num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training pairs."})
@@ -214,7 +215,8 @@ def _peft_config(model_args):
 
 
 def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, model_args) -> dict:
-    """Split, render, train, evaluate and save a PUM; returns the summary also written to `summary.json`."""
+    """Split, render, train, evaluate and save a PUM (the model and `pum_config.json` into `output_dir`, by the
+    main process); returns the summary (module docstring)."""
     t0 = time.perf_counter()
     default_wandb_offline(training_args.report_to)
     peft_config = _peft_config(model_args)
@@ -337,7 +339,6 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
             "length_baseline": pum_evaluation.length_baseline(eval_pairs) if has_eval else None,
         },
         "probe": probe,
-        "checkpoint": str(training_args.output_dir),
         "log_history": trainer.state.log_history,
         "total_wall_time_s": time.perf_counter() - t0,
     }
@@ -351,7 +352,5 @@ def train(script_args: PUMScriptArguments, training_args: PUMTrainingConfig, mod
             "lora": bool(peft_config),
         }
         (out / PUM_CONFIG_NAME).write_text(json.dumps(pum_config, indent=2))
-        (out / "summary.json").write_text(json.dumps(json_safe(summary), indent=2))
-        summary["summary_path"] = str(out / "summary.json")
     trainer.accelerator.wait_for_everyone()
     return summary

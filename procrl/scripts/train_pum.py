@@ -14,16 +14,21 @@ The flags are the fields of `PUMScriptArguments` and `PUMTrainingConfig` (`procr
 TRL's `ModelConfig`; `--config x.yaml` sets them from a file and flags override it. The job itself (split by
 problem, render, Bradley-Terry with margin, held-out evaluation, outputs) is `procrl.trainers.pum_training.train`;
 this command prints its held-out table on rank 0, or one error line (exit status 2) for a missing pair set. The
-run record `run.json` (`procrl.experiment.tracking`; also to wandb with `report_to: [wandb]`) goes into `output_dir`, with the
-last logged value of every `eval_*` key (eval_loss, eval_pairwise_accuracy[_<type>], ...), the held-out summary as
-`pum/heldout_accuracy`, `pum/heldout_accuracy_before`, `pum/heldout_n`, `pum/heldout/<type>/accuracy`,
-`pum/length_baseline_accuracy`, `pum/train_loss`, `pum/steps`, and the trainer's log history.
+results file is the run record `run.json` in `output_dir` (`procrl.experiment.tracking`; also to wandb with
+`report_to: [wandb]`): the job's summary as `result`, the files beside it as `files` (`checkpoint`: the model in
+`output_dir`, `pum_config`: pum_config.json), as `metrics` the last logged value of every `eval_*` key (eval_loss,
+eval_pairwise_accuracy[_<type>], ...) and the held-out summary as `pum/heldout_accuracy`,
+`pum/heldout_accuracy_before`, `pum/heldout_n`, `pum/heldout/<type>/accuracy`, `pum/length_baseline_accuracy`,
+`pum/train_loss`, `pum/steps`, and the trainer's log history as `history`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trl import ModelConfig, TrlParser
 
+from procrl.rewards.pum import PUM_CONFIG_NAME
 from procrl.scripts._common import (
     EXIT_USAGE,
     ConfigParser,
@@ -49,8 +54,9 @@ def make_parser() -> TrlParser:
     )
 
 
-def format_summary(summary: dict) -> str:
-    """The held-out table people read: PUM pairwise accuracy before/after training and the length baseline."""
+def format_summary(summary: dict, files: dict[str, str]) -> str:
+    """The held-out table people read: PUM pairwise accuracy before/after training and the length baseline, then
+    the files ({role: path}, in order: the run record, the checkpoint, ...)."""
     data, train_info, heldout = summary["data"], summary["train"], summary["heldout"]
     lines = [
         f"procrl PUM: {summary['model']}{' (LoRA)' if summary['lora'] else ''} on {data['dataset']}, "
@@ -80,8 +86,8 @@ def format_summary(summary: dict) -> str:
 
         for name, after, before, base in rows:
             lines.append(f"{name:<12} {after['n']:>5} {fmt(before):>10} {fmt(after):>10} {fmt(base):>11}")
-    if summary.get("summary_path"):
-        lines += ["", f"summary: {summary['summary_path']}", f"checkpoint: {summary['checkpoint']}"]
+    if files:
+        lines += ["", *(f"{role}: {path}" for role, path in files.items())]
     return "\n".join(lines)
 
 
@@ -106,12 +112,15 @@ def main(argv: list[str] | None = None) -> int:
             name=training_args.run_name,
         ) as record:
             summary = train(script_args, training_args, model_args)
+            out = Path(training_args.output_dir)
+            record.result = summary
+            record.files = {"checkpoint": str(out), "pum_config": str(out / PUM_CONFIG_NAME)}
             record.metrics = run_metrics(summary)
             record.history = history_from_log(summary["log_history"])
     except PairsNotFoundError as error:  # the record says failed, with this error
         return usage_error(PROG, error)
     if training_args.process_index == 0:
-        print(format_summary(summary))
+        print(format_summary(summary, {"results": str(record.path), **record.files}))
     return 0
 
 

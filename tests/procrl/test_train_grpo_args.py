@@ -1,14 +1,19 @@
-"""train_grpo.py options (`procrl.scripts.train_grpo`): `answer_extraction` (one mode per run, visible in the
-reward's name, refused when unknown) and the StepGap format penalty."""
+"""train_grpo.py options (`procrl.scripts.train_grpo`, settings in `procrl.trainers.tasks`): `answer_extraction` (one
+mode per run, visible in the reward's name, refused when unknown), the reward registry, import paths of a user's own
+rewards and step scorers, the step scorer against `advantage_mode`, and the StepGap format penalty."""
 
 import ast
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from procrl.rewards.outcome import outcome_reward
 from procrl.rewards.qa import em_reward
-from procrl.scripts.train_grpo import REWARDS, TASKS, GRPOScriptArguments, main, make_rewards, parse_args
+from procrl.scripts.train_grpo import main, make_parser, parse_args
+from procrl.trainers.tasks.arguments import TASKS, GRPOScriptArguments
+from procrl.trainers.tasks.job import JOB_ARGUMENTS, GRPOJob, make_rewards
+from procrl.trainers.tasks.rewards import REWARDS
 
 DEMO = Path(__file__).resolve().parents[2] / "configs" / "grpo" / "svamp_smollm2_picsar.yaml"
 
@@ -38,7 +43,7 @@ def test_unknown_mode_is_refused_with_the_fix():
 
 
 def test_flexible_mode_is_refused_with_task_search():
-    # task=search pays EM on normalised answer strings: answer_extraction would be ignored yet recorded in summary.json
+    # task=search pays EM on normalised answer strings: answer_extraction would be ignored yet recorded in run.json
     search = {"task": "search", "dataset_name": "2wiki_dev_sample", "reward_funcs": ["em"]}
     with pytest.raises(ValueError, match="answer_extraction='flexible' has no effect with task=search") as info:
         GRPOScriptArguments(**search, answer_extraction="flexible")
@@ -61,20 +66,51 @@ def test_every_shipped_config_parses(config, tmp_path):
     assert all(name in REWARDS and REWARDS[name].task == job.script.task for name in job.script.reward_funcs)
 
 
-def test_process_mode_drops_the_step_scorer_weight_before_the_config_is_built(tmp_path):
-    config = ROOT / "configs" / "grpo" / "svamp_smollm2_pum_steps.yaml"  # reward_weights: [1.0, 1.0]
+def test_the_step_scorer_has_its_own_setting_and_no_weight(tmp_path):
+    config = ROOT / "configs" / "grpo" / "svamp_smollm2_pum_steps.yaml"
     job = parse_args(["--config", str(config), "--output_dir", str(tmp_path), "--pum_model", str(tmp_path)])
-    assert job.script.reward_funcs == ["outcome", "pum"] and job.training.advantage_mode == "mixed"
-    assert job.training.reward_weights == [1.0]  # one per scalar reward, as TRL needs: pum is the step scorer
-    outcome = parse_args(["--config", str(config), "--output_dir", str(tmp_path), "--advantage_mode", "outcome"])
-    assert outcome.training.reward_weights == [1.0, 1.0]  # in outcome mode pum is a scalar reward, weights kept
+    assert job.script.reward_funcs == ["outcome"] and job.script.step_reward_func == "pum"
+    assert job.training.advantage_mode == "mixed" and job.training.reward_weights == [1.0]  # as given: one per reward
+    with pytest.raises(ValueError, match="'pum' is both in reward_funcs and step_reward_func"):
+        parse_args(["--config", str(config), "--output_dir", str(tmp_path), "--reward_funcs", "outcome", "pum",
+                    "--reward_weights", "1.0", "0.5"])  # fmt: skip
+    with pytest.raises(ValueError, match="step_reward_func='outcome' is not a step scorer of task=math"):
+        GRPOScriptArguments(step_reward_func="outcome")
 
 
-def test_dotted_paths_are_user_reward_functions(tmp_path):
+def test_the_step_scorer_and_advantage_mode_go_together(tmp_path):
+    base = ["--config", str(DEMO), "--output_dir", str(tmp_path)]
+    with pytest.raises(ValueError, match="advantage_mode='process' needs a step scorer: set step_reward_func \\(pum,"):
+        parse_args([*base, "--advantage_mode", "process"])
+    with pytest.raises(ValueError, match="step_reward_func='pum' is used only with advantage_mode process or mixed"):
+        parse_args([*base, "--step_reward_func", "pum", "--pum_model", str(tmp_path)])
+    with pytest.raises(ValueError, match=r"the PUM rewards \['pum'\] need a Prefix Utility Model: set pum_model"):
+        parse_args([*base, "--step_reward_func", "pum", "--advantage_mode", "mixed"])
+
+
+def test_import_paths_are_user_reward_functions(tmp_path):
     for path in ("procrl.rewards.qa:em_reward", "procrl.rewards.qa.em_reward"):
         job = parse_args(["--config", str(DEMO), "--output_dir", str(tmp_path), "--reward_funcs", "outcome", path])
         funcs, weights, step_scorer = make_rewards(job)
         assert funcs == [outcome_reward, em_reward] and weights == [1.0, 0.1] and step_scorer is None
+
+
+def test_an_import_path_that_does_not_resolve_is_refused_at_parse_time(tmp_path, capsys):
+    base = ["--config", str(DEMO), "--output_dir", str(tmp_path)]
+    cases = [
+        (["--reward_funcs", "no_such_pkg.mod:reward"],
+         r"reward_funcs: cannot import 'no_such_pkg.mod:reward' \(ModuleNotFoundError: No module named 'no_such_pkg'\)"),
+        (["--reward_funcs", "procrl.rewards.qa:no_such_reward"],
+         r"reward_funcs: cannot import 'procrl.rewards.qa:no_such_reward' \(AttributeError: .*'no_such_reward'"),
+        (["--reward_funcs", "math:pi"], r"reward_funcs: 'math:pi' is a float, not a callable"),
+        (["--step_reward_func", "no_such_pkg:scorer", "--advantage_mode", "process"],
+         r"step_reward_func: cannot import 'no_such_pkg:scorer' \(ModuleNotFoundError: No module named 'no_such_pkg'\)"),
+    ]  # fmt: skip
+    for flags, message in cases:
+        with pytest.raises(ValueError, match=message):
+            parse_args([*base, *flags])
+    assert main([*base, "--reward_funcs", "no_such_pkg.mod:reward"]) == 2  # one error line, no traceback
+    assert "train_grpo.py: error: reward_funcs: cannot import 'no_such_pkg.mod:reward'" in capsys.readouterr().err
 
 
 def test_reward_names_are_checked_against_the_task():
@@ -82,11 +118,20 @@ def test_reward_names_are_checked_against_the_task():
         GRPOScriptArguments(reward_funcs=["outcome", "em"])
     with pytest.raises(ValueError, match="unknown reward function 'bogus': use one of"):
         GRPOScriptArguments(reward_funcs=["outcome", "bogus"])
+    with pytest.raises(ValueError, match=r"reward_funcs is empty: give at least one, e.g. \[outcome\]"):
+        GRPOScriptArguments(reward_funcs=[])
 
 
 def test_reward_weights_must_match_reward_funcs_at_parse_time(tmp_path):
     with pytest.raises(ValueError, match=r"reward_weights \[1.0\] must have one weight per reward_funcs entry"):
         parse_args(["--config", str(DEMO), "--output_dir", str(tmp_path), "--reward_weights", "1.0"])
+
+
+def test_the_parser_returns_the_job_dataclasses_in_field_order(tmp_path):
+    parsed = make_parser().parse_args_and_config(["--config", str(DEMO), "--output_dir", str(tmp_path)])
+    assert [type(x) for x in parsed] == list(JOB_ARGUMENTS)
+    job = GRPOJob(*parsed)
+    assert [type(getattr(job, f.name)) for f in fields(GRPOJob)] == list(JOB_ARGUMENTS)
 
 
 def test_main_reports_a_bad_setting_in_one_line(capsys):

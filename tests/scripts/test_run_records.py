@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -178,8 +179,12 @@ def test_train_grpo_writes_a_record_with_its_evaluation_and_history(tmp_path, ti
             "1", "--report_to", "none", "--use_cpu", "true", "--bf16", "false", "--generation_backend",
             "transformers"]  # fmt: skip
     assert train_grpo.main(argv) == 0
-    summary = json.loads((out / "summary.json").read_text())
     record = json.loads((out / "run.json").read_text())
+    summary = record["result"]  # run.json is the one results file: the job's summary is its result
+    assert not (out / "summary.json").exists()
+    assert record["files"] == {"checkpoint": str(out), "curves": str(out / "curves.png"),
+                               "completions": str(out / "completions.jsonl")}  # fmt: skip
+    assert all(Path(path).exists() for path in record["files"].values())
     assert record["command"] == "train-grpo" and record["status"] == "finished"
     assert set(record["config"]) == {"GRPOScriptArguments", "MathTaskArguments", "SearchTaskArguments",
                                      "FRSCallbackArguments", "ProcessGRPOConfig", "ModelConfig"}  # fmt: skip

@@ -1,5 +1,5 @@
 """The report `train_grpo.py` prints (`procrl.scripts.train_grpo.format_summary`): model, data, steps, rewards, the
-before/after table (`procrl.experiment.reporting.format_table`) and the files."""
+step scorer, the before/after table (`procrl.experiment.reporting.format_table`) and the files."""
 
 from procrl.scripts.train_grpo import format_summary, run_metrics
 from procrl.evals.stats import MISSING
@@ -11,24 +11,35 @@ def test_run_report_names_the_rewards_the_table_and_the_files():
     summary = {
         "model": "default",
         "train": {"dataset": "svamp[0:700]", "steps": 3, "wall_time_s": 61.2, "reward_funcs": ["outcome_reward",
-                  "picsar_bonus"], "reward_weights": [1.0, 0.1]},
-        "before": [row], "after": [row], "summary_path": "out/summary.json", "curves": "out/curves.png",
-        "wandb_dir": None, "total_wall_time_s": 600.0,
+                  "picsar_bonus"], "reward_weights": [1.0, 0.1], "step_reward_func": None},
+        "before": [row], "after": [row], "total_wall_time_s": 600.0,
     }  # fmt: skip
-    lines = format_summary(summary).splitlines()
+    files = {"results": "out/run.json", "checkpoint": "out", "curves": "out/curves.png"}
+    lines = format_summary(summary, files).splitlines()
     assert lines[:3] == ["", "procrl GRPO: default on svamp[0:700], 3 steps in 61 s",
                          "rewards: outcome_reward, picsar_bonus with weights [1.0, 0.1]"]  # fmt: skip
     assert lines[3] == "" and lines[4].startswith("eval set") and lines[6].split()[:2] == ["svamp[700:716]", "before"]
-    assert lines[-4:] == ["", "summary: out/summary.json", "curves: out/curves.png", "total wall time: 10.0 min"]
+    assert lines[-5:] == ["", "results: out/run.json", "checkpoint: out", "curves: out/curves.png",
+                          "total wall time: 10.0 min"]  # fmt: skip
+
+
+def test_the_step_scorer_is_named_under_the_rewards():
+    summary = {
+        "model": "m", "train": {"dataset": "d[0:4]", "steps": 1, "wall_time_s": 1.0, "reward_funcs": ["outcome_reward"],
+                                "reward_weights": [1.0], "step_reward_func": "pum_step_increments"},
+        "before": [], "after": [], "total_wall_time_s": 30.0,
+    }  # fmt: skip
+    lines = format_summary(summary, {}).splitlines()
+    assert lines[2:4] == ["rewards: outcome_reward with weights [1.0]", "step scorer: pum_step_increments"]
 
 
 def test_without_evaluation_there_is_no_table_and_wandb_gets_a_sync_line():
     summary = {
         "model": "m", "train": {"dataset": "d[0:4]", "steps": 1, "wall_time_s": 1.0, "reward_funcs": ["em"],
                                 "reward_weights": [1.0]},
-        "before": [], "after": [], "wandb_dir": "wandb/run-1", "total_wall_time_s": 30.0,
+        "before": [], "after": [], "total_wall_time_s": 30.0,
     }  # fmt: skip
-    lines = format_summary(summary).splitlines()
+    lines = format_summary(summary, {"wandb": "wandb/run-1"}).splitlines()
     assert not any(line.startswith("eval set") for line in lines)
     assert lines[-3:] == [
         "wandb run (offline): wandb/run-1",
@@ -51,5 +62,5 @@ def test_an_empty_eval_set_is_reported_as_undefined_not_zero():
     assert run_metrics(summary) == {
         f"{prefix}{k}": v for prefix in ("eval/svamp[0:0]/", "task/") for k, v in counts.items()
     }
-    rows = [line.split() for line in format_summary(summary).splitlines() if line.startswith("svamp[0:0]")]
+    rows = [line.split() for line in format_summary(summary, {}).splitlines() if line.startswith("svamp[0:0]")]
     assert rows == [["svamp[0:0]", stage, MISSING, MISSING, MISSING, MISSING, "0.1"] for stage in ("before", "after")]

@@ -256,13 +256,6 @@ def test_dashed_and_underscored_flags_are_the_same():
     assert dashed == underscored and (dashed.eval_fraction, dashed.max_train_pairs) == (0.2, 8)
 
 
-def test_moved_names_keep_their_old_path_for_one_release():
-    with pytest.warns(DeprecationWarning, match="procrl.trainers.pum_data.load_pairs"):
-        assert pum_training.load_pairs is pum_data.load_pairs
-    with pytest.warns(DeprecationWarning, match="procrl.evals.pum.evaluate_pairs"):
-        assert pum_training.evaluate_pairs is evaluate_pairs
-
-
 @pytest.mark.parametrize("path", ["outputs/pum_math/gsm8k/dataset", "./pairs", "pairs.parquet", "/no/such/dir"])
 def test_a_missing_local_pair_set_is_one_clear_line(path, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -284,7 +277,10 @@ def test_train_then_reload_in_two_fresh_processes(tmp_path, tiny_model_dir, pair
     in-trainer scores of the probe prefixes (identical to each other, within 1e-5 of the trainer's)."""
     out = tmp_path / "out"
     proc = _run([sys.executable, "train_pum.py", *_flags(tiny_model_dir, pairs_dir, out)], tmp_path)
-    summary = json.loads((out / "summary.json").read_text())
+    record = json.loads((out / "run.json").read_text())
+    summary = record["result"]  # run.json is the one results file
+    assert record["files"] == {"checkpoint": str(out), "pum_config": str(out / "pum_config.json")}
+    assert not (out / "summary.json").exists()
     assert summary["train"]["steps"] == 2 and summary["world_size"] == 1
     data = summary["data"]
     assert data["train_problems"] == 8 and data["eval_problems"] == 2  # 20% of 10 problems, whole problems
@@ -307,12 +303,12 @@ def test_train_then_reload_in_two_fresh_processes(tmp_path, tiny_model_dir, pair
     script = (
         "import json, sys\n"
         "from procrl.rewards.pum import PrefixUtilityModel\n"
-        "probe = json.loads(open(sys.argv[2]).read())['probe']\n"
+        "probe = json.loads(open(sys.argv[2]).read())['result']['probe']\n"
         "pum = PrefixUtilityModel.from_pretrained(sys.argv[1], device='cpu')\n"
         "print(json.dumps(pum.score([p['problem'] for p in probe], [p['prefix'] for p in probe])))\n"
     )
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-c", script, str(out), str(out / "summary.json")]
+    cmd = [sys.executable, "-c", script, str(out), str(out / "run.json")]
     procs = [
         subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -376,7 +372,7 @@ def test_accelerate_launch(tmp_path, tiny_model_dir, pairs_dir):
         ],
         tmp_path,
     )
-    assert json.loads((out / "summary.json").read_text())["world_size"] == 1
+    assert json.loads((out / "run.json").read_text())["result"]["world_size"] == 1
 
 
 @pytest.mark.slow
@@ -388,6 +384,6 @@ def test_two_cpu_ranks_with_torchrun(tmp_path, tiny_model_dir, pairs_dir):
         tmp_path,
         ACCELERATE_USE_CPU="True",
     )
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "run.json").read_text())["result"]
     assert summary["world_size"] == 2
     assert summary["heldout"]["after"]["n"] == 4  # every held-out pair scored once across the two ranks

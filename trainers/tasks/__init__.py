@@ -1,22 +1,22 @@
-"""The GRPO job of `train_grpo.py` (`procrl.scripts.train_grpo`) and its two tasks, each a config dataclass and an
-opener.
+"""The GRPO job of `train_grpo.py` (`procrl.scripts.train_grpo`), its settings, its reward registry and its two
+tasks, each a config dataclass and an opener.
 
-- the job (`procrl.trainers.tasks.job`: `run_grpo_job`, `TASKS`): load the policy, open the task, build the rewards,
-  evaluate before, train with `ProcessGRPOTrainer`, evaluate after, write `summary.json` and `curves.png` (import
-  it from its module: this package stays light, since `procrl.trainers.frs_callback`, which the job uses, imports
+- the job (`procrl.trainers.tasks.job`: `GRPOJob`, `run_grpo_job`): load the policy, open the task, build the
+  rewards, evaluate before, train with `ProcessGRPOTrainer`, evaluate after, plot `curves.png`; it returns the
+  summary and the files it wrote, which the command records in `run.json` (import it from its module: this
+  package stays light, since `procrl.trainers.frs_callback`, which the job uses, imports
   `procrl.trainers.tasks.arguments`);
+- the settings (`procrl.trainers.tasks.arguments`): `GRPOScriptArguments` (task, data, rewards),
+  `MathTaskArguments`, `SearchTaskArguments`, and `TASKS` (task name -> opener);
+- the rewards (`procrl.trainers.tasks.rewards`): the one registry `REWARDS` (name -> how the reward and, for
+  pum / stepgap, the step scorer are built), import paths of your own rewards and step scorers, `build_rewards`;
 - math (`procrl.trainers.tasks.math`): single-turn math problems (`load_math_dataset`), the outcome check of the
   run's `answer_extraction`, greedy before/after evaluation sets;
 - search (`procrl.trainers.tasks.search`): multi-hop QA with search episodes (`SearchEnvironment`), the StepGap
   judge, NLI and verifier, EM as the outcome check.
 
-Their settings are `procrl.trainers.tasks.arguments.MathTaskArguments` and `SearchTaskArguments` (plain
-dataclasses; `SearchTaskArguments` extends `procrl.judges.JudgeArguments`, the run's one judge; the common settings
-are `GRPOScriptArguments` of the entry point). The two task modules
-never import each other. Each opener is a context manager yielding an object with the attributes of `GRPOTask`
-and closing what it started (the local judge server) on exit. The rewards themselves come from the one registry
-at the entry point (`procrl.scripts.train_grpo.REWARDS`), built by `procrl.trainers.tasks.rewards`; the entry point
-hands the job its parsed settings and a reward builder.
+The two task modules never import each other. Each opener is a context manager yielding an object with the
+attributes of `GRPOTask` and closing what it started (the local judge server) on exit.
 """
 
 from __future__ import annotations
@@ -46,4 +46,4 @@ class GRPOTask(Protocol):
     frs_template: str | None
 
     def summary(self) -> dict | None:
-        """Task-specific facts for `summary.json` (None: nothing to add)."""
+        """Task-specific facts for the run's summary (None: nothing to add)."""

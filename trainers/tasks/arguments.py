@@ -1,15 +1,16 @@
-"""The settings of the two GRPO tasks, as `TrlParser` dataclasses (YAML keys of `train_grpo.py`).
+"""The settings of the GRPO job, as `TrlParser` dataclasses (YAML keys of `train_grpo.py`).
 
-`MathTaskArguments` (task: math) and `SearchTaskArguments` (task: search) are parsed for every run, side by side
-with the common `GRPOScriptArguments` of `procrl.scripts.train_grpo`, `FRSCallbackArguments`, `ProcessGRPOConfig`
-and `ModelConfig`; the fields of the task a run does not use are ignored. Each validates only its own fields; checks
-that need the task or the reward names live in `GRPOScriptArguments`.
+`GRPOScriptArguments` (task, data, prompt, rewards: common to both tasks), `MathTaskArguments` (task: math) and
+`SearchTaskArguments` (task: search) are parsed for every run, side by side with `FRSCallbackArguments`,
+`ProcessGRPOConfig` and `ModelConfig` (the bundle is `procrl.trainers.tasks.job.GRPOJob`); the fields of the task
+a run does not use are ignored. Each validates only its own fields; checks that need the task or the reward names
+live in `GRPOScriptArguments`, the ones across dataclasses in `GRPOJob`. The parser builds without loading either
+task or any library reward (the reward registry holds import paths); the import paths of a run's own rewards are
+imported when its settings are parsed, so one that does not resolve is an error before any model loads.
 
 The run's one judge: `SearchTaskArguments` extends `procrl.judges.JudgeArguments`, so its `judge*` keys are parsed
 once per run and serve both users, the StepGap reward of task=search and the FRS callback
-(`procrl.trainers.frs_callback`, `frs_every_n_steps` > 0) of task=math. This module imports nothing heavy (the NLI
-decision rule, `procrl.rewards.stepgap.nli_rule`, is plain Python; the judge settings are a dataclass), so the
-parser builds without loading either task.
+(`procrl.trainers.frs_callback`, `frs_every_n_steps` > 0) of task=math.
 """
 
 from __future__ import annotations
@@ -17,12 +18,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from procrl.data_builders.datasets import BUILTIN_DATASETS
 from procrl.judges import JudgeArguments
+from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
+from procrl.trainers.tasks.rewards import PUM_REWARDS, check_reward_names
 
-__all__ = ["SEARCH_TEMPLATES", "MathTaskArguments", "SearchTaskArguments", "parse_eval_set"]
+__all__ = [
+    "SEARCH_TEMPLATES",
+    "TASKS",
+    "GRPOScriptArguments",
+    "MathTaskArguments",
+    "SearchTaskArguments",
+    "parse_eval_set",
+]
 
 SEARCH_TEMPLATES = ("search_one_shot", "one_shot", "search", "zero_shot")  # prompt_template names of task=search
+# task name -> the opener of its task module (`procrl.trainers.tasks.math` / `.search`), imported when a run uses it
+TASKS = {"math": "procrl.trainers.tasks.math:open_math_task", "search": "procrl.trainers.tasks.search:open_search_task"}
 
 
 def parse_eval_set(spec: str, *, with_tokens: bool = True) -> tuple[str, int, int | None, int | None]:
@@ -59,6 +72,125 @@ def parse_eval_set(spec: str, *, with_tokens: bool = True) -> tuple[str, int, in
     except ValueError as err:
         raise ValueError(integers) from err
     return parts[0], start, end, tokens
+
+
+@dataclass
+class GRPOScriptArguments:
+    """What to train on and which rewards to use, common to both tasks (the task's own settings are
+    `MathTaskArguments` / `SearchTaskArguments`; `ProcessGRPOConfig` holds the optimisation).
+
+    Raises:
+        ValueError: an unknown task, a prompt template or data set the task cannot use, an unknown
+            answer_extraction, reward names as `procrl.trainers.tasks.rewards.check_reward_names` refuses them (an
+            import path that does not resolve among them), PUM rewards without pum_model, a bad row range.
+    """
+
+    task: str = field(
+        default="math",
+        metadata={
+            "help": "'math' (single-turn math problems, math rewards, before/after evaluation) or 'search' "
+            "(multi-hop QA with <search> episodes and the StepGap reward; dataset_name is then a QA set such as "
+            "2wiki_dev_sample, reward_funcs names em / stepgap, and the math evaluation is skipped)."
+        },
+    )
+    dataset_name: str = field(
+        default="svamp",
+        metadata={"help": "Training problems: a built-in set (svamp, gsm8k, math500), a hub id or a local file/dir."},
+    )
+    dataset_start: int = field(default=0, metadata={"help": "First training row (0-based, inclusive)."})
+    dataset_end: int | None = field(default=700, metadata={"help": "End training row (exclusive); null = all."})
+    prompt_template: str = field(
+        default="one_shot",
+        metadata={
+            "help": "'one_shot' (ends answers with 'The answer is N'), 'zero_shot', or a template with {question}. "
+            "task=search: 'search_one_shot' (or one_shot: the search instruction after one worked search episode), "
+            "'search' (or zero_shot: the instruction alone), or a template with {question}."
+        },
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["outcome", "picsar_bonus"],
+        metadata={
+            "help": "Scalar rewards, one reward_weights entry each: registry names (task=math: outcome, picsar_bonus; "
+            "pum, pum_min, pum_last with pum_model; task=search: em, stepgap) or import paths "
+            "'package.module:name' of your own TRL reward functions f(prompts, completions, **kwargs) -> "
+            "list[float | None]."
+        },
+    )
+    step_reward_func: str | None = field(
+        default=None,
+        metadata={
+            "help": "The step scorer behind the process advantages of advantage_mode process / mixed (required there, "
+            "refused with outcome): 'pum' (task=math, per-step PUM increments; needs pum_model), 'stepgap' "
+            "(task=search) or an import path 'package.module:name' of your own f(prompts, completions, "
+            "completion_ids, **kwargs) -> list[procrl.step_rewards.StepRewards | None]. Not a scalar reward: it has "
+            "no reward_weights entry."
+        },
+    )
+    answer_extraction: str = field(
+        default="strict",
+        metadata={
+            "help": "How the outcome reward (and task/accuracy, the before/after evaluation) finds a completion's final "
+            "answer: 'strict' (an explicit marker: the last \\boxed{}, 'The answer is ...' or '#### ...'; a sound "
+            "default for RL rewards, since a policy could learn to spray numbers) or 'flexible' (also the last number "
+            "of the final sentence, e.g. 'The total is $9{,}500$.'). The reward is then named outcome_reward_flexible "
+            "and completions without an answer are logged as task/no_answer_<mode>."
+        },
+    )
+    pum_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Prefix Utility Model for the pum* rewards and the pum step scorer: a train_pum.py output directory "
+            "(full checkpoint or LoRA adapter with its score head). Scores U(x, y) of the problem (`question` column) "
+            "and the completion."
+        },
+    )
+    pum_batch_size: int = field(default=16, metadata={"help": "Inputs per PUM forward pass."})
+    picsar_evaluator: str | None = field(
+        default=None, metadata={"help": "Model for PiCSAR's answer term; null = the live policy."}
+    )
+    picsar_normalize: str = field(
+        default="mean", metadata={"help": "PiCSAR bonus: 'mean' (per-token mean of each term) or 'sum'."}
+    )
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} must be one of {tuple(TASKS)} (e.g. task: search for StepGap)")
+        search = self.task == "search"
+        if search and "{question}" not in self.prompt_template and self.prompt_template not in SEARCH_TEMPLATES:
+            raise ValueError(
+                f"task=search: prompt_template={self.prompt_template!r} is not one of {SEARCH_TEMPLATES} and has "
+                "no {question} placeholder; use search_one_shot (the StepGap configs' default) or a template."
+            )
+        if self.answer_extraction not in ANSWER_EXTRACTION_MODES:
+            raise ValueError(
+                f"answer_extraction={self.answer_extraction!r} must be one of {ANSWER_EXTRACTION_MODES}: use "
+                "answer_extraction: strict (the default: boxed / 'The answer is' / '####' answers only) or "
+                "answer_extraction: flexible (also the last number of the final sentence)."
+            )
+        if search and self.answer_extraction != "strict":
+            raise ValueError(
+                f"answer_extraction={self.answer_extraction!r} has no effect with task=search: its reward (EM) compares "
+                "normalised answer strings and never extracts numbers. Remove answer_extraction from the config (or set "
+                "answer_extraction: strict), or use task: math."
+            )
+        if search and self.dataset_name in BUILTIN_DATASETS:
+            raise ValueError(
+                f"task=search cannot train on the math set {self.dataset_name!r}: set dataset_name: 2wiki_dev_sample "
+                "(or a JSONL file of {question, answer} records)."
+            )
+        if self.picsar_normalize not in ("mean", "sum"):
+            raise ValueError(f"picsar_normalize must be 'mean' or 'sum', got {self.picsar_normalize!r}")
+        if self.pum_batch_size < 1:
+            raise ValueError(f"pum_batch_size must be >= 1, got {self.pum_batch_size}")
+        if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
+            raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
+        check_reward_names(self.task, self.reward_funcs, self.step_reward_func)
+        uses_pum = [name for name in [*self.reward_funcs, self.step_reward_func] if name in PUM_REWARDS]
+        if uses_pum and not self.pum_model:
+            raise ValueError(
+                f"the PUM rewards {uses_pum} need a Prefix Utility Model: set pum_model to a train_pum.py output "
+                "directory (accelerate launch train_pum.py --config configs/pum/train_gsm8k_smollm2.yaml)."
+            )
 
 
 @dataclass

@@ -1,29 +1,47 @@
-"""How `reward_funcs` names become TRL reward functions and a step scorer: the mechanics behind the one reward
-registry of the GRPO entry point (`procrl.scripts.train_grpo.REWARDS`, a dict name -> `RewardEntry`).
+"""The reward registry of the GRPO job (`REWARDS`) and how the settings `reward_funcs` and `step_reward_func`
+become TRL reward functions and a step scorer (`build_rewards`).
 
-A registry entry names, by dotted path, the library callable that builds the reward and the settings it is called
-with, so a module is imported only when a run names its reward (the outcome + PiCSAR demo never imports the PUM or
-StepGap code). A name that is not in the registry but contains "." or ":" is a user reward function,
-`package.module:function` or `package.module.function`, used as it is.
+A registry entry (`RewardEntry`) names the task whose data the reward reads and, by import path, the library
+callable that builds it and the settings it is called with, so a module is imported only when a run names its reward
+(the outcome + PiCSAR demo never imports the PUM or StepGap code). The entries with a `step` build (`pum`,
+`stepgap`) may also be named as the run's step scorer.
 
-In `advantage_mode: process | mixed`, an entry with a `step` build (pum, stepgap) becomes the trainer's step
-scorer instead of a scalar reward, and its `reward_weights` entry is dropped: `scalar_reward_weights` derives the
-weights TRL gets (one per scalar reward) before `ProcessGRPOConfig` is built (DESIGN §4 "Process advantages").
+Your own reward or step scorer is named by import path instead: "package.module:name" (or "package.module.name";
+every name with "." or ":" is an import path, registry names have neither). The object there is used as it is,
+never called to build one (give it settings with a module-level instance or `functools.partial`):
+
+- in `reward_funcs`: a TRL reward function, `f(prompts, completions, **kwargs) -> list[float | None]`, one value
+  per completion (None: does not apply). TRL passes `completion_ids`, the dataset's columns (`answer`,
+  `question`, ...) and the rollout's extra fields (`completion_logps`, ...) as keywords; TRL logs it as
+  `rewards/<its __name__>/mean` and weighs it with its `reward_weights` entry. Any task may use it.
+- as `step_reward_func` (with `advantage_mode: process | mixed`): a step scorer, `f(prompts, completions,
+  completion_ids, **kwargs) -> list[StepRewards | None]` (`procrl.step_rewards.StepRewardFunc`): one
+  `StepRewards` (per-step values, token boundaries into `completion_ids`) or None per completion. It has no
+  `reward_weights` entry; `process_alpha` mixes it with the outcome advantage in mixed mode.
+
+Import paths are resolved when the settings are parsed (`check_reward_names`, from `GRPOScriptArguments`): one
+that does not import, or names something that is not callable, is a `ValueError` naming the setting, the path and
+the failure, before any model loads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import pkgutil
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from procrl.utils import get_logger, import_object
-
-logger = get_logger(__name__)
-
-__all__ = ["Build", "RewardEntry", "RewardSet", "build_rewards", "reward_roles", "scalar_reward_weights"]
-
-PROCESS_MODES = ("process", "mixed")
+__all__ = [
+    "PUM_REWARDS",
+    "REWARDS",
+    "Build",
+    "RewardEntry",
+    "RewardSet",
+    "build_rewards",
+    "check_reward_names",
+    "is_import_path",
+    "resolve_import_path",
+]
 
 
 @dataclass(frozen=True)
@@ -44,7 +62,7 @@ class Build:
     load: str | None = None
 
     def __call__(self, script_args, task) -> Callable:
-        obj = import_object(self.target)
+        obj = pkgutil.resolve_name(self.target)
         func = obj if self.settings is None else obj(**self.settings(script_args, task))
         if self.load is not None:
             getattr(func, self.load)
@@ -54,7 +72,7 @@ class Build:
 @dataclass(frozen=True)
 class RewardEntry:
     """A registry entry: the task whose data and settings the reward needs, its scalar build and, for rewards that
-    score steps, the step-scorer build used in process/mixed mode."""
+    score steps, the step-scorer build used when the entry is named as `step_reward_func`."""
 
     task: str
     scalar: Build
@@ -62,110 +80,162 @@ class RewardEntry:
 
 
 class RewardSet(NamedTuple):
-    """What a run trains with: TRL reward functions in `reward_funcs` order (without the step scorer), their weights
-    (one each), and the step scorer or None."""
+    """What a run trains with: TRL reward functions in `reward_funcs` order, their weights (one each), and the step
+    scorer or None."""
 
     funcs: list[Callable]
     weights: list[float]
     step_reward_func: Callable | None
 
 
-def reward_roles(
-    registry: Mapping[str, RewardEntry], task: str, names: Sequence[str], advantage_mode: str
-) -> list[bool]:
-    """For each `reward_funcs` entry: True when it becomes the step scorer (a registry entry of `task` with a step
-    build, in process/mixed mode), False when it is a scalar TRL reward.
-
-    Raises:
-        ValueError: process/mixed mode without a step scorer among the names, or with nothing else left as a scalar
-            reward (TRL needs at least one).
-    """
-    roles = [
-        advantage_mode in PROCESS_MODES
-        and name in registry
-        and registry[name].task == task
-        and bool(registry[name].step)
-        for name in names
-    ]
-    if advantage_mode in PROCESS_MODES:
-        steps = [n for n, e in registry.items() if e.task == task and e.step is not None]
-        scalars = [n for n, e in registry.items() if e.task == task and e.step is None]
-        if not any(roles):
-            raise ValueError(
-                f"advantage_mode={advantage_mode!r} needs a step scorer: add it to reward_funcs "
-                f"({' or '.join(map(repr, steps)) or 'none for this task'}; it gives the per-step rewards and is not "
-                "also a scalar reward), or use advantage_mode: outcome."
-            )
-        if all(roles):
-            raise ValueError(
-                f"advantage_mode={advantage_mode!r}: add a scalar reward besides the step scorer, e.g. reward_funcs: "
-                f"[{', '.join([*scalars[:1], *steps[:1]])}]."
-            )
-    return roles
+# The settings each reward is built with, from (GRPOScriptArguments, the opened task).
+def _outcome(args, task) -> dict:
+    return {"answer_extraction": args.answer_extraction}
 
 
-def scalar_reward_weights(
-    registry: Mapping[str, RewardEntry],
-    task: str,
-    names: Sequence[str],
-    weights: Sequence[float] | None,
-    advantage_mode: str,
-) -> list[float] | None:
-    """The `reward_weights` TRL gets: the given ones (one per `reward_funcs` entry) without the step scorer's.
-
-    None stays None (TRL weighs every reward 1.0). Raises `ValueError` when the counts differ, and as
-    `reward_roles` does.
-
-    >>> entries = {"outcome": RewardEntry("math", Build("m:o")), "pum": RewardEntry("math", Build("m:p"), Build("m:s"))}
-    >>> scalar_reward_weights(entries, "math", ["outcome", "pum"], [1.0, 0.5], "mixed")
-    [1.0]
-    """
-    roles = reward_roles(registry, task, names, advantage_mode)
-    if weights is None:
-        return None
-    if len(weights) != len(names):
-        raise ValueError(f"reward_weights {list(weights)} must have one weight per reward_funcs entry {list(names)}.")
-    scalar = [w for w, is_step in zip(weights, roles, strict=True) if not is_step]
-    if len(scalar) != len(weights):
-        logger.info("advantage_mode=%s: %s is the step scorer; reward_weights -> %s", advantage_mode,
-                    [n for n, is_step in zip(names, roles, strict=True) if is_step], scalar)  # fmt: skip
-    return scalar
+def _picsar(args, task) -> dict:
+    return {"evaluator": args.picsar_evaluator, "normalize": args.picsar_normalize}
 
 
-def build_rewards(
-    registry: Mapping[str, RewardEntry],
-    script_args,
-    task,
-    advantage_mode: str,
-    weights: Sequence[float] | None,
-) -> RewardSet:
-    """Build the rewards of `script_args.reward_funcs` for an opened task.
+def _pum(mode: str | None):
+    def settings(args, task) -> dict:
+        return {"model": args.pum_model, "batch_size": args.pum_batch_size, **({"mode": mode} if mode else {})}
+
+    return settings
+
+
+def _stepgap(args, task) -> dict:
+    return {"verifier": task.verifier, "config": task.reward_config}
+
+
+_PUM = "procrl.rewards.pum_rewards"
+_STEPGAP = "procrl.rewards.stepgap.reward"
+
+# THE reward registry: name -> the task it serves and how it is built (the callable by import path, imported only
+# when a run names it, and its settings). `pum` and `stepgap` are also step scorers (their `step` build).
+REWARDS: dict[str, RewardEntry] = {
+    "outcome": RewardEntry("math", Build("procrl.rewards.outcome:get_outcome_reward", _outcome)),
+    "picsar_bonus": RewardEntry("math", Build("procrl.rewards.picsar:get_picsar_bonus", _picsar)),
+    "pum": RewardEntry(
+        "math",
+        Build(f"{_PUM}:get_pum_reward", _pum("full"), load="pum"),
+        step=Build(f"{_PUM}:get_pum_step_rewards", _pum(None), load="pum"),
+    ),
+    "pum_min": RewardEntry("math", Build(f"{_PUM}:get_pum_reward", _pum("min"), load="pum")),
+    "pum_last": RewardEntry("math", Build(f"{_PUM}:get_pum_reward", _pum("last"), load="pum")),
+    "em": RewardEntry("search", Build("procrl.rewards.qa:em_reward")),
+    "stepgap": RewardEntry(
+        "search", Build(f"{_STEPGAP}:StepGapReward", _stepgap), step=Build(f"{_STEPGAP}:StepGapStepRewards", _stepgap)
+    ),
+}
+PUM_REWARDS = ("pum", "pum_min", "pum_last")  # the names that need pum_model
+
+
+def is_import_path(name: str) -> bool:
+    """Whether a `reward_funcs` / `step_reward_func` name is an import path ("." or ":") rather than a registry
+    name."""
+    return "." in name or ":" in name
+
+
+def resolve_import_path(path: str, setting: str) -> Callable:
+    """The callable an import path names, "package.module:name" or "package.module.name" (`pkgutil.resolve_name`).
 
     Args:
-        registry: name -> `RewardEntry`.
-        script_args: the run's `GRPOScriptArguments` (`task`, `reward_funcs` and the reward settings).
-        task: the opened task (`procrl.trainers.tasks.GRPOTask`); the search rewards read its verifier.
-        advantage_mode: `ProcessGRPOConfig.advantage_mode`.
-        weights: `ProcessGRPOConfig.reward_weights`, already one per scalar reward (`scalar_reward_weights`);
-            None = 1.0 each.
+        path: the import path.
+        setting: the setting it comes from, for the error ("reward_funcs", "step_reward_func").
 
     Raises:
-        ValueError: a name that is neither in the registry nor a dotted path, as `reward_roles`, or a weight count
-            that does not match the scalar rewards.
+        ValueError: the module cannot be imported (or raises while importing), it has no such name, or the object
+            is not callable; the message names the setting, the path and the failure.
     """
-    names = list(script_args.reward_funcs)
-    funcs, step_reward_func = [], None
-    for name, is_step in zip(names, reward_roles(registry, script_args.task, names, advantage_mode), strict=True):
-        entry = registry.get(name)
-        if is_step:
-            step_reward_func = entry.step(script_args, task)
-        elif entry is not None:
-            funcs.append(entry.scalar(script_args, task))
-        elif "." in name or ":" in name:
-            funcs.append(import_object(name))
-        else:
-            raise ValueError(f"unknown reward function {name!r}: use one of {sorted(registry)} or 'module.func'")
+    try:
+        obj = pkgutil.resolve_name(path)
+    except Exception as error:  # a user module may fail in any way while importing: each is this setting's error
+        raise ValueError(
+            f"{setting}: cannot import {path!r} ({type(error).__name__}: {error}); give 'package.module:name' of a "
+            "module on the Python path (installed, or under the working directory)."
+        ) from error
+    if not callable(obj):
+        raise ValueError(f"{setting}: {path!r} is a {type(obj).__name__}, not a callable reward function.")
+    return obj
+
+
+def check_reward_names(task: str, reward_funcs: Sequence[str], step_reward_func: str | None) -> None:
+    """Check the reward names of a run's settings; import paths are resolved (imported) here.
+
+    Args:
+        task: "math" or "search".
+        reward_funcs: registry names of `task` or import paths.
+        step_reward_func: None, a registry name of `task` with a step scorer (`pum`, `stepgap`) or an import path.
+
+    Raises:
+        ValueError: no reward, a registry name of the other task or of no task, a step scorer name without a step
+            build, the same name in both settings (it would count twice), or an import path as
+            `resolve_import_path` refuses it.
+    """
+    own = sorted(name for name, entry in REWARDS.items() if entry.task == task)
+    scorers = sorted(name for name, entry in REWARDS.items() if entry.task == task and entry.step is not None)
+    if not reward_funcs:
+        raise ValueError(f"reward_funcs is empty: give at least one, e.g. [{own[0]}]")
+    other = [name for name in reward_funcs if name in REWARDS and REWARDS[name].task != task]
+    if other:
+        fix = (
+            "set reward_funcs: [em, stepgap] (and reward_weights: [0.0, 1.0], since the StepGap reward already "
+            "contains EM)"
+            if task == "search"
+            else f"use task: search, or rewards of {own}"
+        )
+        raise ValueError(f"task={task} cannot use the {REWARDS[other[0]].task} rewards {other}: {fix}.")
+    for name in reward_funcs:
+        if is_import_path(name):
+            resolve_import_path(name, "reward_funcs")
+        elif name not in REWARDS:
+            raise ValueError(
+                f"unknown reward function {name!r}: use one of {own} or an import path 'package.module:name'"
+            )
+    if step_reward_func is None:
+        return
+    if is_import_path(step_reward_func):
+        resolve_import_path(step_reward_func, "step_reward_func")
+    elif step_reward_func not in scorers:
+        raise ValueError(
+            f"step_reward_func={step_reward_func!r} is not a step scorer of task={task}: use one of {scorers} or an "
+            "import path 'package.module:name' of a callable returning one procrl.step_rewards.StepRewards (or None) "
+            "per completion."
+        )
+    if step_reward_func in reward_funcs:
+        raise ValueError(
+            f"{step_reward_func!r} is both in reward_funcs and step_reward_func, so it would count twice: remove it "
+            "from reward_funcs (the step scorer gives the per-step rewards)."
+        )
+
+
+def build_rewards(script_args, task, weights: Sequence[float] | None) -> RewardSet:
+    """Build the rewards and the step scorer a run's settings name (names checked by `check_reward_names`).
+
+    Args:
+        script_args: the run's `GRPOScriptArguments` (`reward_funcs`, `step_reward_func` and the reward settings).
+        task: the opened task (`procrl.trainers.tasks.GRPOTask`; the stepgap builds read its verifier), or None
+            for rewards that do not read it (the math ones and import paths).
+        weights: `ProcessGRPOConfig.reward_weights`, one per `reward_funcs` entry; None = 1.0 each.
+
+    Raises:
+        ValueError: a weight count that does not match `reward_funcs`, or an import path that no longer resolves.
+    """
+    funcs = [
+        resolve_import_path(name, "reward_funcs") if is_import_path(name) else REWARDS[name].scalar(script_args, task)
+        for name in script_args.reward_funcs
+    ]
+    name = script_args.step_reward_func
+    if name is None:
+        step_reward_func = None
+    elif is_import_path(name):
+        step_reward_func = resolve_import_path(name, "step_reward_func")
+    else:
+        step_reward_func = REWARDS[name].step(script_args, task)
     weights = [1.0] * len(funcs) if weights is None else list(weights)
     if len(weights) != len(funcs):
-        raise ValueError(f"reward_weights {weights} must have one weight per scalar reward of reward_funcs {names}.")
+        raise ValueError(
+            f"reward_weights {weights} must have one weight per reward_funcs entry {script_args.reward_funcs}."
+        )
     return RewardSet(funcs, weights, step_reward_func)

@@ -25,12 +25,11 @@ needs and closes what it started (the local judge server) on exit, also when tra
   nli_thresholds=NLIThresholds(stepgap_nli_entail_min, stepgap_nli_contradict_min))` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
   base_cc=0 for zero-CC)`.
 
-The rewards are the entry point's (`procrl.scripts.train_grpo.REWARDS`): `em` = `procrl.rewards.qa.em_reward` (also
-the task's `outcome_func`, so `task/accuracy` is EM), `stepgap` = `StepGapReward(verifier, reward_config)`, or, with
-`advantage_mode: process | mixed`, the step scorer `StepGapStepRewards(verifier, reward_config)` (each step's
-reward on the tokens of its turn; its `reward_weights` entry is dropped). R from `stepgap` already contains EM, so
-the shipped configs weight `[em, stepgap]` with `[0.0, 1.0]`: EM is logged (`rewards/em_reward/mean`) but not
-counted twice.
+The rewards are the registry's (`procrl.trainers.tasks.rewards.REWARDS`): `em` = `procrl.rewards.qa.em_reward` (also
+the task's `outcome_func`, so `task/accuracy` is EM), `stepgap` = `StepGapReward(verifier, reward_config)`, and, as
+`step_reward_func: stepgap` with `advantage_mode: process | mixed`, the step scorer `StepGapStepRewards(verifier,
+reward_config)` (each step's reward on the tokens of its turn). R from `stepgap` already contains EM, so the shipped
+configs weight `[em, stepgap]` with `[0.0, 1.0]`: EM is logged (`rewards/em_reward/mean`) but not counted twice.
 
 Logged per step (TRL's metric machinery; wandb with `report_to: [wandb]`): `stepgap/label_{NONE,CC,IE,MB,ERROR}`
 (share of labelled steps), `stepgap/searches_per_completion`, `stepgap/format_violation_frac`,
@@ -85,7 +84,7 @@ class SearchTask:
     frs_template: str | None = None
 
     def summary(self) -> dict:
-        """Backends and judge statistics (requests, unscored, cache hits) for `summary.json`."""
+        """Backends and judge statistics (requests, unscored, cache hits) for the run's summary."""
         stats = getattr(self.judge, "stats", None)
         retriever = self.retriever
         return {
