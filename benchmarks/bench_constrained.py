@@ -47,8 +47,8 @@ def make_requests(n: int) -> dict[str, tuple[list, list]]:
     """The four kinds of request: {kind: (n chat requests, n schemas)}."""
     from procrl.data_builders.datasets import load_math_dataset
     from procrl.evals.frs import ReasoningJudgement, judge_messages
-    from procrl.rewards.stepgap.check import StepCheck, check_messages, step_check_schema
     from procrl.evals.stepgap.evaluate import load_annotated
+    from procrl.rewards.stepgap.check import StepCheck, check_messages, step_check_schema
     from procrl.rewards.stepgap.nli import NLIVerdict, nli_messages
     from procrl.rewards.stepgap.quotes import quote_candidates, step_claim
 

@@ -55,10 +55,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback  #
 from trl.extras import profiling  # noqa: E402
 
 from procrl.data_builders.datasets import load_math_dataset  # noqa: E402
+from procrl.experiment.provenance import machine_info  # noqa: E402
 from procrl.generation import SamplingParams, make_engine, render_prompts  # noqa: E402
 from procrl.generation.runtime import resolve_bf16  # noqa: E402
 from procrl.models import resolve_model  # noqa: E402
-from procrl.experiment.provenance import machine_info  # noqa: E402
 from procrl.rewards.outcome import outcome_reward  # noqa: E402
 from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer  # noqa: E402
 

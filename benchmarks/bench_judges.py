@@ -46,8 +46,8 @@ import re
 import time
 
 from procrl.data_builders.datasets import builtin_data_file
-from procrl.judges import JudgeServer, OpenAICompatibleJudge, TransformersJudge
 from procrl.evals.frs.judging import ReasoningJudgement, judge_messages
+from procrl.judges import JudgeServer, OpenAICompatibleJudge, TransformersJudge
 
 ARMS = ("serve", "vllm", "inprocess")
 

@@ -30,8 +30,8 @@ import argparse
 import collections
 import time
 
-from procrl.judges import JudgeServer, OpenAICompatibleJudge
 from procrl.evals.stepgap.evaluate import DEFAULT_DATA, load_annotated
+from procrl.judges import JudgeServer, OpenAICompatibleJudge
 from procrl.rewards.stepgap.nli import JudgeNLI
 from procrl.rewards.stepgap.trace import Trace
 from procrl.rewards.stepgap.verifier import StepGapVerifier

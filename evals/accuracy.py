@@ -18,8 +18,8 @@ from typing import NamedTuple
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from procrl.generation import SamplingParams, eos_token_ids, generate_completions, render_prompts
 from procrl.evals.stats import ratio, wilson_interval
+from procrl.generation import SamplingParams, eos_token_ids, generate_completions, render_prompts
 from procrl.utils import check_reward_length, get_logger
 
 logger = get_logger(__name__)

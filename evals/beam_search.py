@@ -19,10 +19,10 @@ from typing import Literal
 
 from tqdm.auto import tqdm
 
+from procrl.evals.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_params
 from procrl.generation import RolloutEngine, SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.rewards.steps import split_steps, token_steps
-from procrl.evals.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_params
 
 __all__ = ["Beam", "BeamConfig", "run_beam", "sample_steps"]
 

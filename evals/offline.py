@@ -22,6 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.evals.stats import format_estimate, ratio, wilson_interval
 from procrl.generation import (
     RolloutEngine,
     SamplingParams,
@@ -33,7 +34,6 @@ from procrl.generation import (
 from procrl.generation.engines import ENGINES
 from procrl.models import resolve_model
 from procrl.rewards.pum import PrefixUtilityModel
-from procrl.evals.stats import format_estimate, ratio, wilson_interval
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

@@ -40,8 +40,6 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from procrl.generation import SamplingParams, derive_seed
-from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.evals.bestofn import parse_ks
 from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params
 from procrl.evals.selection_scorers import (
@@ -56,6 +54,8 @@ from procrl.evals.selection_scorers import (
     select_random,
 )
 from procrl.evals.stats import ratio
+from procrl.generation import SamplingParams, derive_seed
+from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

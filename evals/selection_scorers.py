@@ -29,13 +29,13 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from procrl.evals.offline import Setup, load_pum
+from procrl.evals.selection_rules import select_argmax, select_majority, select_random
 from procrl.models import resolve_model
 from procrl.rewards.picsar import PiCSARScorer
 from procrl.rewards.pum import PrefixUtilityModel
 from procrl.rewards.pum_rewards import PUMReward
 from procrl.step_rewards import aggregate_step_values
-from procrl.evals.offline import Setup, load_pum
-from procrl.evals.selection_rules import select_argmax, select_majority, select_random
 
 if TYPE_CHECKING:
     from procrl.evals.selection import SelectConfig

@@ -58,7 +58,6 @@ import copy
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -67,49 +66,18 @@ from transformers import Trainer, TrainerCallback
 from trl.models import unwrap_model_for_generation
 
 from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset
-from procrl.evals.frs import FRSArguments, FRSConfig, FRSReport, Trace, compute_frs
+from procrl.evals.frs import FRSConfig, FRSReport, Trace, compute_frs
 from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
 from procrl.evals.frs.sampling import generate_traces
 from procrl.evals.stats import format_estimate
 from procrl.judges import Judge, JudgeArguments
-from procrl.trainers.tasks.arguments import parse_eval_set
+from procrl.judges.spec import open_judge_from
+from procrl.trainers.tasks.arguments import FRSCallbackArguments, parse_eval_set
 from procrl.utils import get_logger, json_safe
 
 logger = get_logger(__name__)
 
-__all__ = ["FRSCallback", "FRSCallbackArguments", "add_frs_callback"]
-
-
-@dataclass
-class FRSCallbackArguments(FRSArguments):
-    """FRS during GRPO training (YAML keys of `train_grpo.py`): the FRS settings (`FRSArguments`, CPU-sized
-    `frs_traces`) and when, on what and how the callback samples; off unless `frs_every_n_steps` > 0."""
-
-    frs_traces: int = field(
-        default=4, metadata={"help": "FRS traces sampled per problem (CPU-sized default; the paper uses 16)."}
-    )
-    frs_every_n_steps: int = field(
-        default=0, metadata={"help": "Log FRS of the policy every N optimizer steps (and after the last one); 0 = off."}
-    )
-    frs_eval_set: str = field(
-        default="gsm8k:0:10", metadata={"help": "FRS problems as name:start:end (a built-in set or a data file)."}
-    )
-    frs_max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Tokens per FRS trace; null = GRPO's max_completion_length."}
-    )
-    frs_temperature: float | None = field(
-        default=None, metadata={"help": "FRS sampling temperature; null = GRPO's temperature."}
-    )
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.frs_every_n_steps < 0:
-            raise ValueError(f"frs_every_n_steps must be >= 0 (0 = off), got {self.frs_every_n_steps}")
-        parse_eval_set(self.frs_eval_set, with_tokens=False)  # validates name:start:end
-        if self.frs_max_new_tokens is not None and self.frs_max_new_tokens < 1:
-            raise ValueError(f"frs_max_new_tokens must be >= 1 (null = GRPO's), got {self.frs_max_new_tokens}")
-        if self.frs_temperature is not None and not self.frs_temperature > 0:
-            raise ValueError(f"frs_temperature must be > 0 (null = GRPO's), got {self.frs_temperature}")
+__all__ = ["FRSCallback", "add_frs_callback"]
 
 
 def add_frs_callback(
@@ -334,7 +302,7 @@ class FRSCallback(TrainerCallback):
     def _open_judge(self) -> Judge | None:
         if self._judge is None and isinstance(self.judge, JudgeArguments):
             output_dir = self.output_dir or self.trainer.args.output_dir
-            opened = self.judge.open(output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS)
+            opened = open_judge_from(self.judge, output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS)
             self._judge = self._judge_stack.enter_context(opened)
         elif self._judge is None:
             self._judge = self.judge

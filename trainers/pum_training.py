@@ -45,11 +45,11 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 from trl import RewardConfig, RewardTrainer, get_peft_config
 
+from procrl.evals import pum as pum_evaluation
 from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
 from procrl.models import resolve_model
 from procrl.rewards.pum import PUM_CONFIG_NAME, PrefixUtilityModel
 from procrl.rewards.steps import DEFAULT_SEPARATOR
-from procrl.evals import pum as pum_evaluation
 from procrl.trainers import pum_data
 from procrl.utils import default_wandb_offline, get_logger, prompt_to_text
 

@@ -38,6 +38,7 @@ one seeded random trace of each question (<= 2 per question, often fewer since t
 (`estimator="bins"`) bounds the cost for large N: equal-count confidence bins, at most `max_per_bin` (50) judged
 per bin, drawn deterministically from a hash seed, and only the bins that overlap the top max(K)%.
 
+    >>> from procrl.evals.frs import ReasoningJudgement, reasoning_score, tail_confidence, tail_size
     >>> tail_confidence([0.9] * 27 + [0.1, 0.2, 0.3])   # L = 30 -> n_low = 3: mean(0.1, 0.2, 0.3)
     0.2
     >>> tail_size(19), tail_size(30)
@@ -46,50 +47,50 @@ per bin, drawn deterministically from a hash seed, and only the bins that overla
     87.5
     >>> reasoning_score({"faithfulness": 4.5, "utility": 4.0, "coherence": 5.0, "factuality": 4.5})   # RS_expected
     87.5
+
+The names below are imported from their module on first use (PEP 562): `procrl.evals.frs.arguments` (the settings
+every FRS user parses) loads no judge.
 """
 
-from procrl.evals.frs.arguments import FRSArguments
-from procrl.evals.frs.compute import compute_frs, judge_traces, plan_judging, summarize
-from procrl.evals.frs.confidence import (
-    kept_count,
-    rank_by_confidence,
-    tail_confidence,
-    tail_confidence_from_logps,
-    tail_size,
-)
-from procrl.evals.frs.judging import (
-    DIMENSIONS,
-    REPLY_FORMAT,
-    RUBRIC,
-    RUBRIC_WITHOUT_CORRECTNESS,
-    ReasoningJudgement,
-    expected_scores,
-    judge_messages,
-    reasoning_score,
-)
-from procrl.evals.frs.traces import DEFAULT_K_VALUES, FRSConfig, FRSReport, Trace
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_K_VALUES",
-    "DIMENSIONS",
-    "REPLY_FORMAT",
-    "RUBRIC",
-    "RUBRIC_WITHOUT_CORRECTNESS",
-    "FRSArguments",
-    "FRSConfig",
-    "FRSReport",
-    "ReasoningJudgement",
-    "Trace",
-    "compute_frs",
-    "expected_scores",
-    "judge_messages",
-    "judge_traces",
-    "kept_count",
-    "plan_judging",
-    "rank_by_confidence",
-    "reasoning_score",
-    "summarize",
-    "tail_confidence",
-    "tail_confidence_from_logps",
-    "tail_size",
-]
+# public name -> its module in this package
+_EXPORTS = {
+    "FRSArguments": "arguments",
+    "compute_frs": "compute",
+    "judge_traces": "compute",
+    "plan_judging": "compute",
+    "summarize": "compute",
+    "kept_count": "confidence",
+    "rank_by_confidence": "confidence",
+    "tail_confidence": "confidence",
+    "tail_confidence_from_logps": "confidence",
+    "tail_size": "confidence",
+    "DIMENSIONS": "judging",
+    "REPLY_FORMAT": "judging",
+    "RUBRIC": "judging",
+    "RUBRIC_WITHOUT_CORRECTNESS": "judging",
+    "ReasoningJudgement": "judging",
+    "expected_scores": "judging",
+    "judge_messages": "judging",
+    "reasoning_score": "judging",
+    "DEFAULT_K_VALUES": "arguments",
+    "FRSConfig": "arguments",
+    "FRSReport": "traces",
+    "Trace": "traces",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """`procrl.evals.frs.<name>`: the public name, imported from its module (`_EXPORTS`) on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

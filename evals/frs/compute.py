@@ -19,9 +19,10 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from procrl.evals.frs.arguments import FRSConfig
 from procrl.evals.frs.confidence import kept_count, rank_by_confidence
 from procrl.evals.frs.judging import ReasoningJudgement, expected_scores, judge_messages
-from procrl.evals.frs.traces import FRSConfig, FRSReport, Trace
+from procrl.evals.frs.traces import FRSReport, Trace
 from procrl.evals.stats import auroc
 
 if TYPE_CHECKING:  # the judge client is only needed when something is judged

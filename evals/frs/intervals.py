@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from procrl.evals.frs.arguments import FRSConfig
 from procrl.evals.frs.compute import _RS, _accuracy, _bins, _frs_at, _mean, _selection_gain
 from procrl.evals.frs.confidence import kept_count, rank_by_confidence
-from procrl.evals.frs.traces import FRSConfig, Trace
+from procrl.evals.frs.traces import Trace
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_interval
 
 __all__ = [

@@ -37,6 +37,7 @@ from procrl.evals.offline import OfflineSamplingConfig, load_rows, load_setup
 from procrl.evals.selection import cache_paths, read_select_run
 from procrl.generation import SamplingParams
 from procrl.judges import JudgeArguments
+from procrl.judges.spec import open_judge_from
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -150,7 +151,7 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
     generation_s = time.perf_counter() - t_gen
 
     t_judge = time.perf_counter()
-    with judge.open(output_dir=out, default_max_tokens=JUDGE_MAX_TOKENS) as opened:
+    with open_judge_from(judge, output_dir=out, default_max_tokens=JUDGE_MAX_TOKENS) as opened:
         report = compute_frs(traces, opened, config, progress=not args.no_progress)
     judge_s = time.perf_counter() - t_judge
     t_boot = time.perf_counter()

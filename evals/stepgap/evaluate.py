@@ -41,11 +41,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from procrl.evals.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate, ratio
 from procrl.evals.stepgap.intervals import CI_METRICS, TYPED_LABELS, metric_intervals, question_counts
 from procrl.evals.stepgap.llm_only import variant_parts
 from procrl.rewards.stepgap.trace import Passage, Trace, TraceStep
 from procrl.rewards.stepgap.verifier import GAP_LABELS, LABELS, STAGES
-from procrl.evals.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate, ratio
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

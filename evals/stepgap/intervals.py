@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from procrl.rewards.stepgap.verifier import GAP_LABELS, TYPED_LABELS
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_interval
+from procrl.rewards.stepgap.verifier import GAP_LABELS, TYPED_LABELS
 
 __all__ = ["CI_METRICS", "TYPED_LABELS", "metric_intervals", "question_counts"]
 

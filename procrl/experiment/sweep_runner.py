@@ -16,7 +16,10 @@ from pathlib import Path
 from tqdm import tqdm
 
 from procrl.experiment.sweeps import Sweep, Variant
-from procrl.experiment.tracking import RUN_FILE, write_json_atomic  # the one atomic writer (temp file, fsync, os.replace)
+from procrl.experiment.tracking import (  # the one atomic writer (temp file, fsync, os.replace)
+    RUN_FILE,
+    write_json_atomic,
+)
 from procrl.utils import get_logger
 
 __all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "PREVIOUS_RUN_FILE", "read_run_record", "run_offline", "run_state"]

@@ -29,34 +29,48 @@ Backends:
 The modules, by job: `parse` (the first JSON object of a reply, validated against the schema; a repeated key is
 "duplicate_key"), `cache` (one JSON file per validated judgement, keyed by `request_cache_key`), `base`
 (`JudgeResult`, `JudgeStats`, the `Judge` interface), `client`, `local`, `server` (the backends above) and `spec`
-(`JudgeArguments`, the judge settings every command parses, whose `open` is how a command opens its judge;
-`open_judge`, the judge of a spec; and `judge_options`, the keywords the settings become).
+(`open_judge_from`, how a command opens the judge of its `JudgeArguments` (`arguments`: the settings every command
+parses); `open_judge`, the judge of a spec; and `judge_options`, the keywords the settings become).
+
+The names below are imported from their module on first use (PEP 562), so importing `procrl.judges.arguments`
+(every command's parser) loads no backend.
 """
 
-from procrl.judges.base import Judge, JudgeResult, JudgeStats
-from procrl.judges.cache import JudgeCache, request_cache_key
-from procrl.judges.client import DEFAULT_API_KEY_ENV, OpenAICompatibleJudge, list_server_models
-from procrl.judges.local import TransformersJudge
-from procrl.judges.parse import DuplicateKeyError, extract_json_object, parse_judgement
-from procrl.judges.server import JudgeServer
-from procrl.judges.spec import NO_JUDGE, JudgeArguments, judge_options, open_judge
+import importlib
+from typing import Any
 
-__all__ = [
-    "JudgeResult",
-    "JudgeStats",
-    "Judge",
-    "OpenAICompatibleJudge",
-    "TransformersJudge",
-    "JudgeServer",
-    "JudgeArguments",
-    "NO_JUDGE",
-    "open_judge",
-    "judge_options",
-    "request_cache_key",
-    "extract_json_object",
-    "parse_judgement",
-    "DuplicateKeyError",
-    "JudgeCache",
-    "list_server_models",
-    "DEFAULT_API_KEY_ENV",
-]
+# public name -> its module in this package
+_EXPORTS = {
+    "Judge": "base",
+    "JudgeResult": "base",
+    "JudgeStats": "base",
+    "JudgeCache": "cache",
+    "request_cache_key": "cache",
+    "DEFAULT_API_KEY_ENV": "client",
+    "OpenAICompatibleJudge": "client",
+    "list_server_models": "client",
+    "TransformersJudge": "local",
+    "DuplicateKeyError": "parse",
+    "extract_json_object": "parse",
+    "parse_judgement": "parse",
+    "JudgeServer": "server",
+    "NO_JUDGE": "arguments",
+    "JudgeArguments": "arguments",
+    "judge_options": "spec",
+    "open_judge": "spec",
+    "open_judge_from": "spec",
+}
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """`procrl.judges.<name>`: the public name, imported from its module (`_EXPORTS`) on first use."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

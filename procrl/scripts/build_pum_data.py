@@ -23,8 +23,8 @@ from trl import TrlParser
 
 from procrl.data_builders.pum_math import PUMMathConfig, build_pum_math
 from procrl.data_builders.pum_math.config import PAIR_TYPES
-from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
+from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 
 
 def make_parser() -> TrlParser:

@@ -57,6 +57,7 @@ from procrl.evals.stepgap.llm_only import LLMOnlyVerifier
 from procrl.evals.stepgap.plot import plot_metrics
 from procrl.experiment.tracking import REPORT_TO_HELP, RUN_FILE, TrackingArguments, numeric_metrics, track_run
 from procrl.judges import JudgeArguments
+from procrl.judges.spec import open_judge_from
 from procrl.rewards.stepgap.check import JUDGE_MAX_TOKENS
 from procrl.rewards.stepgap.nli import CachedNLI, NLIThresholds, make_nli
 from procrl.rewards.stepgap.verifier import StepGapVerifier
@@ -207,7 +208,7 @@ def _evaluate(args: StepGapEvalArguments, judge_args: JudgeArguments) -> tuple[d
         raise SystemExit(f"no annotated traces in {args.data}")
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with judge_args.open(output_dir=out_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
+    with open_judge_from(judge_args, output_dir=out_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
         nli = CachedNLI(make_nli(args.nli, judge, batch_size=args.nli_batch_size))
         verifier = StepGapVerifier(
             judge, nli, nli_thresholds=args.nli_thresholds, constrain_quotes=not args.no_constrain_quotes

@@ -57,6 +57,8 @@ import yaml
 from transformers.hf_argparser import string_to_bool
 from trl import TrlParser
 
+from procrl.experiment.sweep_runner import EXIT_FAILED, run_offline, run_state
+from procrl.experiment.sweeps import Sweep, Variant, config_paths, expand, fingerprint, load_sweep
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,
@@ -65,8 +67,6 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.experiment.sweep_runner import EXIT_FAILED, run_offline, run_state
-from procrl.experiment.sweeps import Sweep, Variant, config_paths, expand, fingerprint, load_sweep
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

@@ -18,7 +18,7 @@ job's summary as `result`, the files written beside it as `files` (`checkpoint`:
 
 Settings (`TrlParser`: `--config x.yaml`, flags override it, `--a_b` or `--a-b`): `GRPOScriptArguments` (task,
 data, prompt, rewards), `MathTaskArguments`, `SearchTaskArguments` (`procrl.trainers.tasks.arguments`),
-`FRSCallbackArguments` (`procrl.trainers.frs_callback`), `ProcessGRPOConfig` (`trl.GRPOConfig` + procrl's) and
+`FRSCallbackArguments` (`procrl.trainers.tasks.arguments`), `ProcessGRPOConfig` (`trl.GRPOConfig` + procrl's) and
 `ModelConfig`. The run has one judge (`procrl.judges.JudgeArguments`: `judge`, `judge_max_tokens`, ...; parsed as
 part of `SearchTaskArguments`): the StepGap judge of task=search, the FRS judge of task=math.
 

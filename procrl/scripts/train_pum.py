@@ -28,6 +28,7 @@ from pathlib import Path
 
 from trl import ModelConfig, TrlParser
 
+from procrl.experiment.tracking import history_from_log, track_run
 from procrl.rewards.pum import PUM_CONFIG_NAME
 from procrl.scripts._common import (
     EXIT_USAGE,
@@ -37,7 +38,6 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.experiment.tracking import history_from_log, track_run
 from procrl.trainers.pum_data import PairsNotFoundError
 from procrl.trainers.pum_training import PUMScriptArguments, PUMTrainingConfig, train
 

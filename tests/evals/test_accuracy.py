@@ -5,9 +5,9 @@ one problem no reward applies to (a tiny random model: undefined values are None
 import pytest
 from datasets import Dataset
 
-from procrl.experiment.reporting import format_table
-from procrl.evals.stats import MISSING
 from procrl.evals.accuracy import evaluate, wilson_interval
+from procrl.evals.stats import MISSING
+from procrl.experiment.reporting import format_table
 
 
 @pytest.mark.parametrize(

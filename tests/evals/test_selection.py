@@ -10,11 +10,6 @@ import math
 
 import pytest
 
-from procrl.generation import Rollout
-from procrl.rewards.outcome import extract_answer
-from procrl.rewards.picsar import PiCSARScorer
-from procrl.rewards.pum import PrefixUtilityModel
-from procrl.evals.stats import MISSING
 from procrl.evals import selection_scorers
 from procrl.evals.beam_search import BeamConfig
 from procrl.evals.offline import Setup, accuracy, format_accuracy_table
@@ -30,6 +25,11 @@ from procrl.evals.selection import (
     select_random,
 )
 from procrl.evals.selection_scorers import Candidates, ScoringContext, load_evaluator, pass_of, score_candidates
+from procrl.evals.stats import MISSING
+from procrl.generation import Rollout
+from procrl.rewards.outcome import extract_answer
+from procrl.rewards.picsar import PiCSARScorer
+from procrl.rewards.pum import PrefixUtilityModel
 
 # ----------------------------------------------------------------------------------------------------------
 # Pure rules

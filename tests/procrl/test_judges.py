@@ -33,6 +33,7 @@ from procrl.judges import (
     extract_json_object,
     judge_options,
     open_judge,
+    open_judge_from,
     parse_judgement,
     request_cache_key,
 )
@@ -634,12 +635,12 @@ def test_judge_options_are_what_open_judge_takes(server):
 
 def test_judge_arguments_open_the_judge_they_name(server, tmp_path):
     args = JudgeArguments(judge=server.base_url, judge_model="flag-model", judge_timeout_s=3.0, judge_concurrency=2)
-    with args.open(output_dir=tmp_path, default_max_tokens=96) as judge:  # the use's budget: none set
+    with open_judge_from(args, output_dir=tmp_path, default_max_tokens=96) as judge:  # the use's budget: none set
         assert isinstance(judge, OpenAICompatibleJudge) and judge.model == "flag-model"
         assert (judge.max_tokens, judge.timeout_s, judge.max_concurrency) == (96, 3.0, 2)
         assert judge.cache.root == tmp_path / "judge_cache"
     args = JudgeArguments(judge=server.base_url, judge_max_tokens=7, judge_cache_dir=str(tmp_path / "elsewhere"))
-    with args.open(output_dir=tmp_path, default_max_tokens=96) as judge:  # a set budget wins
+    with open_judge_from(args, output_dir=tmp_path, default_max_tokens=96) as judge:  # a set budget wins
         assert judge.max_tokens == 7 and judge.cache.root == tmp_path / "elsewhere"
         assert judge.model == "fault-model" and judge.max_concurrency == 8  # the server's model; the default
 
@@ -657,13 +658,13 @@ def test_judge_arguments_pass_every_setting_to_open_judge(tmp_path, monkeypatch)
     (args,) = TrlParser((JudgeArguments,)).parse_args_and_config(
         ["--judge", "serve:transformers:x/y", "--judge-continuous-batching", "false", "--judge_num_threads", "2"]
     )
-    with args.open(output_dir=tmp_path, default_max_tokens=512) as judge:
+    with open_judge_from(args, output_dir=tmp_path, default_max_tokens=512) as judge:
         assert judge == "judge"
     assert opened == [("serve:transformers:x/y", {
         "cache_dir": str(tmp_path / "judge_cache"), "max_concurrency": 8, "max_tokens": 512, "timeout_s": 600.0,
         "continuous_batching": False, "num_threads": 2,
     })]  # fmt: skip
-    with JudgeArguments(judge="None").open(output_dir=tmp_path, default_max_tokens=96) as judge:
+    with open_judge_from(JudgeArguments(judge="None"), output_dir=tmp_path, default_max_tokens=96) as judge:
         assert judge is None  # no judge: nothing opened
     assert len(opened) == 1 and not JudgeArguments(judge=" none ").enabled and JudgeArguments().judge == "local"
 

@@ -7,10 +7,9 @@ import pytest
 import torch
 from grpo_helpers import grpo_config
 
-from procrl.generation import runtime
-from procrl.generation.runtime import CPU_BF16_ENV, cpu_bf16, resolve_bf16, resolve_dtype
 from procrl.experiment.provenance import machine_info
-from procrl.generation.runtime import cpu_bf16_feature
+from procrl.generation import runtime
+from procrl.generation.runtime import CPU_BF16_ENV, cpu_bf16, cpu_bf16_feature, resolve_bf16, resolve_dtype
 from procrl.trainers.pum_training import PUMTrainingConfig
 
 # flags lines as /proc/cpuinfo prints them (trimmed)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from procrl.experiment.sweeps import load_sweep
 from procrl.scripts import sweep as sweep_command
 from procrl.scripts._common import parse_or_exit
 from procrl.scripts.train_grpo import make_parser as make_grpo_parser
-from procrl.experiment.sweeps import load_sweep
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fake_sweep_program.py"

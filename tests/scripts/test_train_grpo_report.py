@@ -1,8 +1,8 @@
 """The report `train_grpo.py` prints (`procrl.scripts.train_grpo.format_summary`): model, data, steps, rewards, the
 step scorer, the before/after table (`procrl.experiment.reporting.format_table`) and the files."""
 
-from procrl.scripts.train_grpo import format_summary, run_metrics
 from procrl.evals.stats import MISSING
+from procrl.scripts.train_grpo import format_summary, run_metrics
 
 
 def test_run_report_names_the_rewards_the_table_and_the_files():

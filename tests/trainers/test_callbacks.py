@@ -21,8 +21,9 @@ from procrl.generation import render_prompts
 from procrl.judges import Judge, JudgeArguments, JudgeResult
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
-from procrl.trainers.frs_callback import FRSCallback, FRSCallbackArguments, add_frs_callback
+from procrl.trainers.frs_callback import FRSCallback, add_frs_callback
 from procrl.trainers.grpo import ProcessGRPOTrainer
+from procrl.trainers.tasks.arguments import FRSCallbackArguments
 
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8"), ("What is 1 + 1?", "2")]
 

@@ -7,8 +7,7 @@ import itertools
 
 import pytest
 
-from procrl.trainers.frs_callback import FRSCallbackArguments
-from procrl.trainers.tasks.arguments import MathTaskArguments, parse_eval_set
+from procrl.trainers.tasks.arguments import FRSCallbackArguments, MathTaskArguments, parse_eval_set
 
 
 def _old_math(spec):  # trainers/tasks/arguments.py before the merge

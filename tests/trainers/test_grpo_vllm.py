@@ -16,10 +16,10 @@ from grpo_helpers import grpo_config, max_diff, spy, temperature_logps
 import procrl.generation.engines as engines
 import procrl.trainers.vllm_colocate as vllm_colocate
 import procrl.trainers.vllm_rollout as vllm_rollout
+from procrl.evals.accuracy import evaluate
 from procrl.generation import render_prompts
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
-from procrl.evals.accuracy import evaluate
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.rollout import needs_completion_logps
 from procrl.trainers.vllm_rollout import sampler_is_raw, trl_sampling_fields

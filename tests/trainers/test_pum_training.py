@@ -17,11 +17,11 @@ from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaForSequenceClassification, set_seed
 from trl import ModelConfig
 
+from procrl.evals.pum import evaluate_pairs, length_baseline
 from procrl.rewards.pum import PrefixUtilityModel, render_prompt_ids
 from procrl.scripts.train_pum import make_parser
 from procrl.trainers import pum_data, pum_training
 from procrl.trainers.pum_data import split_by_problem, tokenize_pairs
-from procrl.evals.pum import evaluate_pairs, length_baseline
 from procrl.trainers.pum_training import PUMScriptArguments
 
 ROOT = Path(__file__).resolve().parents[2]

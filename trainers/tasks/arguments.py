@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 
 from procrl.data_builders.datasets import BUILTIN_DATASETS
+from procrl.evals.frs.arguments import FRSArguments
 from procrl.judges import JudgeArguments
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
@@ -26,6 +27,7 @@ from procrl.trainers.tasks.rewards import PUM_REWARDS, check_reward_names
 
 __all__ = [
     "SEARCH_TEMPLATES",
+    "FRSCallbackArguments",
     "TASKS",
     "GRPOScriptArguments",
     "MathTaskArguments",
@@ -44,7 +46,7 @@ def parse_eval_set(spec: str, *, with_tokens: bool = True) -> tuple[str, int, in
     The one parser of both forms:
         with_tokens=True (task=math `eval_sets`): name[:start[:end[:max_new_tokens]]], integers; an empty `start`
             is 0, an empty `end` None (all rows), and tokens default to 256.
-        with_tokens=False (FRS problems, `frs_eval_set` of `procrl.trainers.frs_callback.FRSCallbackArguments`):
+        with_tokens=False (FRS problems, `frs_eval_set` of `FRSCallbackArguments`):
             name[:start[:end]], digits only; tokens are None.
 
     Raises:
@@ -302,3 +304,35 @@ class SearchTaskArguments(JudgeArguments):
         """The stage D/E decision rule of `stepgap_nli_entail_min` / `stepgap_nli_contradict_min` (both None: the
         argmax)."""
         return NLIThresholds(self.stepgap_nli_entail_min, self.stepgap_nli_contradict_min)
+
+
+@dataclass
+class FRSCallbackArguments(FRSArguments):
+    """FRS during GRPO training (YAML keys of `train_grpo.py`): the FRS settings (`FRSArguments`, CPU-sized
+    `frs_traces`) and when, on what and how the callback samples; off unless `frs_every_n_steps` > 0."""
+
+    frs_traces: int = field(
+        default=4, metadata={"help": "FRS traces sampled per problem (CPU-sized default; the paper uses 16)."}
+    )
+    frs_every_n_steps: int = field(
+        default=0, metadata={"help": "Log FRS of the policy every N optimizer steps (and after the last one); 0 = off."}
+    )
+    frs_eval_set: str = field(
+        default="gsm8k:0:10", metadata={"help": "FRS problems as name:start:end (a built-in set or a data file)."}
+    )
+    frs_max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Tokens per FRS trace; null = GRPO's max_completion_length."}
+    )
+    frs_temperature: float | None = field(
+        default=None, metadata={"help": "FRS sampling temperature; null = GRPO's temperature."}
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.frs_every_n_steps < 0:
+            raise ValueError(f"frs_every_n_steps must be >= 0 (0 = off), got {self.frs_every_n_steps}")
+        parse_eval_set(self.frs_eval_set, with_tokens=False)  # validates name:start:end
+        if self.frs_max_new_tokens is not None and self.frs_max_new_tokens < 1:
+            raise ValueError(f"frs_max_new_tokens must be >= 1 (null = GRPO's), got {self.frs_max_new_tokens}")
+        if self.frs_temperature is not None and not self.frs_temperature > 0:
+            raise ValueError(f"frs_temperature must be > 0 (null = GRPO's), got {self.frs_temperature}")

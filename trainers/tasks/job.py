@@ -27,11 +27,16 @@ from procrl.evals.stats import format_estimate
 from procrl.experiment.reporting import finish_wandb_run, plot_curves
 from procrl.models import load_policy
 from procrl.trainers.advantages import func_name
-from procrl.trainers.frs_callback import FRSCallbackArguments, add_frs_callback
 from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer
 from procrl.trainers.monitoring import COMPLETIONS_FILE
 from procrl.trainers.tasks import GRPOTask
-from procrl.trainers.tasks.arguments import TASKS, GRPOScriptArguments, MathTaskArguments, SearchTaskArguments
+from procrl.trainers.tasks.arguments import (
+    TASKS,
+    FRSCallbackArguments,
+    GRPOScriptArguments,
+    MathTaskArguments,
+    SearchTaskArguments,
+)
 from procrl.trainers.tasks.rewards import REWARDS, RewardSet, build_rewards
 from procrl.trainers.vllm_colocate import colocate_engine
 from procrl.utils import default_wandb_offline, get_logger
@@ -40,6 +45,7 @@ logger = get_logger(__name__)
 
 __all__ = ["JOB_ARGUMENTS", "GRPOJob", "GRPOResult", "make_rewards", "run_grpo_job"]
 
+FRS_CALLBACK = "procrl.trainers.frs_callback:add_frs_callback"  # attached when frs_every_n_steps > 0
 # The dataclasses the command parses, in GRPOJob's field order
 JOB_ARGUMENTS = (
     GRPOScriptArguments,
@@ -201,8 +207,10 @@ def _run(job: GRPOJob, stack: contextlib.ExitStack) -> GRPOResult:
     if engine is not None and task.eval_sets:
         trainer.vllm_generation.sync_weights()  # the engine loaded the checkpoint; the policy is what counts
     before = run_eval("before", model) if training.process_index == 0 else []
-    if task.frs_template is not None:  # FRS judges math reasoning; no-op unless frs_every_n_steps > 0
-        # the run's one judge: its JudgeArguments are parsed as part of SearchTaskArguments
+    if task.frs_template is not None and job.frs.frs_every_n_steps > 0:  # FRS judges math reasoning
+        # imported only when on (the callback loads the FRS and judge code); the run's one judge: its JudgeArguments
+        # are parsed as part of SearchTaskArguments
+        add_frs_callback = pkgutil.resolve_name(FRS_CALLBACK)
         add_frs_callback(job.frs, trainer, judge=job.search, prompt_template=task.frs_template)
     train_start = time.perf_counter()
     train_output = trainer.train()

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions, open_retriever
+from procrl.judges.spec import open_judge_from
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.check import JUDGE_MAX_TOKENS
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
@@ -128,7 +129,7 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
     logger.info("task=search: %d questions, retriever %s, judge %s, nli %s (%s), quotes %s", len(dataset),
                 search_args.retriever, search_args.judge, search_args.nli, search_args.stepgap_nli_thresholds,
                 "constrained" if search_args.stepgap_constrain_quotes else "free")  # fmt: skip
-    with search_args.open(output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
+    with open_judge_from(search_args, output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
         nli = CachedNLI(make_nli(search_args.nli, judge))
         yield SearchTask(
             train_dataset=dataset,
