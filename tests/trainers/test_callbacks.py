@@ -21,6 +21,7 @@ from procrl.generation import render_prompts
 from procrl.judges import Judge, JudgeArguments, JudgeResult
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
+from procrl.trainers import frs_callback
 from procrl.trainers.frs_callback import FRSCallback, add_frs_callback
 from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.tasks.arguments import FRSCallbackArguments
@@ -305,12 +306,12 @@ def test_the_run_judge_is_opened_once_on_first_use_and_closed_at_the_end(tmp_pat
     judge = ConstantJudge()
 
     @contextlib.contextmanager
-    def fake_open(self, *, output_dir, default_max_tokens):
-        opened.append((self.judge, str(output_dir), default_max_tokens))
+    def fake_open(args, *, output_dir, default_max_tokens):
+        opened.append((args.judge, str(output_dir), default_max_tokens))
         yield judge
         closed.append(True)
 
-    monkeypatch.setattr(JudgeArguments, "open", fake_open)
+    monkeypatch.setattr(frs_callback, "open_judge_from", fake_open)
     callback = FRSCallback(_dataset(), every_n_steps=1, judge=JudgeArguments(judge="http://127.0.0.1:9/v1"))
     callback.trainer = types.SimpleNamespace(args=types.SimpleNamespace(output_dir=str(tmp_path)))
     assert callback._open_judge() is judge and callback._open_judge() is judge
