@@ -35,13 +35,12 @@ bestofn() {
     name=${entry%%=*}; model=${entry#*=}; other=$(other_of "$model"); oname=$(name_of "$other")
     report=$OUT/bestofn/svamp_$name.json
     $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --output "$report"
-    # PiCSAR's decoupling: the other model teacher-forces the answer term over the SAME samples (the samples key
-    # ignores the evaluator, so a copy of the samples file is read, not resampled)
+    # PiCSAR's decoupling: the other model teacher-forces the answer term over the SAME samples (the sample store
+    # in $OUT/bestofn/cache is keyed without the evaluator, so the decoupled report reads them, not resamples)
     $PROCRL bestofn "$report" --ks 1,2,4,6,8,16 --output-dir $OUT/bestofn/picsar_$name
     keep picsar/$name $OUT/bestofn/picsar_$name/{table.md,curves.png,run.json,bestofn.json}
     if [ "$DECOUPLED" = 1 ]; then
       decoupled=$OUT/bestofn/svamp_${name}_answer_by_$oname.json
-      cp "${report%.json}.samples.jsonl" "${decoupled%.json}.samples.jsonl"
       $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --greedy false \
         --scorer picsar,picsar_reasoning,picsar_answer --picsar_evaluator "$other" --output "$decoupled"
       $PROCRL bestofn "$decoupled" --ks 1,2,4,6,8,16 --output-dir $OUT/bestofn/picsar_${name}_answer_by_$oname
@@ -67,7 +66,7 @@ frs() {
           reports+=($OUT/frs/svamp_${name}_judge_$jname/frs.json)
         done ;;
     esac
-    # GSM8K test 0-50, 16 traces of 256 tokens (traces.jsonl resumes; ~47 min of sampling here when absent)
+    # GSM8K test 0-50, 16 traces of 256 tokens (the sample store cache/ resumes; ~47 min of sampling here when absent)
     $PROCRL frs --model default --dataset gsm8k --start 0 --end 50 --n 16 --judge "$judge" --k_values 10,20,30 \
       --output-dir $OUT/frs/gsm8k_smollm2_judge_$jname
     reports+=($OUT/frs/gsm8k_smollm2_judge_$jname/frs.json)

@@ -9,9 +9,9 @@ needs (`procrl.evals.frs.plan_judging`) and writes into `args.output_dir`:
   over problems (`intervals`: accuracy, accuracy@K, frs@K, selection_gain -> [low, high]; `bootstrap`: how;
   `procrl.evals.frs.intervals`, `bootstrap_resamples` draws, 0 = none), the settings, wall times and every trace
   (text, confidence, correctness, scores);
-- `traces.jsonl`: the sampled traces, written chunk by chunk (`generate_traces_resumable`); an interrupted run
-  started again with the same settings and engine resumes from it, and a rerun (e.g. with another judge) generates
-  nothing;
+- `cache/`: the sample store (`procrl.evals.frs.sampling.sample_traces`: content-addressed rollout shards); an
+  interrupted run started again with the same settings and engine resumes from it, and a rerun (e.g. with another
+  judge) generates nothing;
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces; their intervals as bands) and histograms of the confidence of correct and
   incorrect traces (`plot_frs`).
 
@@ -35,18 +35,14 @@ from procrl.generation import SamplingParams
 from procrl.judges import judge_options, open_judge
 from procrl.evals.frs import FRSConfig, compute_frs
 from procrl.evals.frs.intervals import accuracy_key, frs_intervals, frs_key
-from procrl.evals.frs.sampling import generate_traces_resumable, select_traces
+from procrl.evals.frs.sampling import sample_traces, select_traces
 from procrl.evals.offline import OfflineSamplingConfig, load_rows, load_setup
-from procrl.evals.selection import cache_paths
 from procrl.utils import get_logger, json_safe
 
 logger = get_logger(__name__)
 
 __all__ = ["OfflineFRSConfig", "plot_frs", "run_frs", "with_select_settings"]
 
-# the settings that make two runs' traces the same (the first line of traces.jsonl)
-TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "n", "temperature", "top_p", "top_k",
-                  "max_new_tokens", "batch_size", "seed")  # fmt: skip
 # the settings a `--traces-from` select report gives the run (its policy, data slice and sampling)
 SELECT_SETTINGS = ("model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p",
                    "max_new_tokens", "batch_size", "seed", "generation_backend")  # fmt: skip
@@ -121,7 +117,7 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     traces_from: str | None = field(
         default=None,
         metadata={
-            "help": "a `procrl select` report (JSON, its <stem>.samples.jsonl next to it): its samples are the traces "
+            "help": "a `procrl select` report (JSON, its sample store cache/ next to it): its samples are the traces "
             "(no sampling; model, data slice, sampling settings and seed come from the report), so best-of-N and "
             "FRS share one sample set"
         },
@@ -180,8 +176,7 @@ def run_frs(args: OfflineFRSConfig) -> dict:
         t_gen = time.perf_counter()
         dataset = load_rows(args)
         traces = select_traces(args.traces_from, dataset, tail_fraction=config.tail_fraction)
-        with cache_paths(args.traces_from)[0].open() as handle:  # select_traces has read it: it exists
-            traces_engine = json.loads(handle.readline()).get("settings", {}).get("engine")
+        traces_engine = json.loads(Path(args.traces_from).read_text())["samples"].get("engine")
     else:
         setup = load_setup(args)  # the problems and the policy's float32 rollout engine
         dataset, engine = setup.dataset, setup.engine
@@ -189,9 +184,7 @@ def run_frs(args: OfflineFRSConfig) -> dict:
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens
         )
         t_gen = time.perf_counter()
-        traces = generate_traces_resumable(
-            out / "traces.jsonl",
-            {key: getattr(args, key) for key in TRACE_SETTINGS},
+        traces = sample_traces(
             engine,
             dataset,
             n_traces=args.n,
@@ -199,6 +192,7 @@ def run_frs(args: OfflineFRSConfig) -> dict:
             batch_size=args.batch_size,
             tail_fraction=config.tail_fraction,
             seed=args.seed,
+            cache_dir=out / "cache",
             progress=not args.no_progress,
         )
         traces_engine = engine.cache_key()

@@ -13,8 +13,9 @@ takes each trace's tail confidence from the generation's own raw logits, judges 
   [low, high]; `bootstrap`: draws, seed, problems; `--bootstrap-resamples`, default 1000, 0 = none; no extra
   judging: each resample re-ranks its traces and re-selects the top K%), the settings, wall times and every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
   log-probs also `expected_scores` and `rs_expected`);
-- `traces.jsonl`: the sampled traces, written chunk by chunk; an interrupted run started again with the same
-  settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
+- `cache/`: procrl's sample store (content-addressed rollout shards, `procrl.data_builders.rollouts`); an
+  interrupted run started again with the same settings resumes from it, and a rerun (e.g. with another judge)
+  generates nothing;
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces; the intervals as bands) and histograms of the confidence of correct and
   incorrect traces;
 - `run.json`: the run record (`procrl.experiment.tracking`): settings, git state, versions, machine, wall time and the headline
@@ -41,12 +42,12 @@ What the report holds besides FRS@K (`procrl.evals.frs.FRSReport`):
 - `rs_auc` / `rs_expected_auc`: the AUC of RS for correct vs incorrect final answers over the scored traces
   (Mann-Whitney, ties 1/2; None when a class is empty). `--judge-sees-correctness false` drops the line
   `{"final_correct": ...}` from the judge's prompt (its judge cache entries differ, the traces need not): run
-  both on the same traces (copy `traces.jsonl` into the second output dir) to see whether RS carries more than
-  the flag it is given;
+  both on the same traces (copy the sample store `cache/` into the second output dir) to see whether RS carries
+  more than the flag it is given;
 - unscored judgements by reason (`unscored`).
 
     procrl frs --model default --end 50 --n 16 --judge local --output-dir out/frs            # the judge sees the flag
-    mkdir -p out/frs_noflag && cp out/frs/traces.jsonl out/frs_noflag/
+    mkdir -p out/frs_noflag && cp -r out/frs/cache out/frs_noflag/
     procrl frs --model default --end 50 --n 16 --judge local --output-dir out/frs_noflag --judge-sees-correctness false
 """
 

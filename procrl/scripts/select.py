@@ -26,9 +26,11 @@ candidate in the report holds `score_<column>` for every column of the score pas
 three). The table also shows pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of
 one sample; `--greedy` adds one greedy decode per problem (temperature 0, same prompt and `--max-new-tokens`; a
 `greedy` entry `{text, extracted, correct}` per problem and a `greedy` row). The samples (token ids and log-probs)
-are kept in `<output stem>.samples.jsonl`: a rerun with the same model, data slice and sampling settings (e.g. with
-another scorer, or once a PUM is trained) reads them instead of sampling; the greedy decodes likewise in
-`<output stem>.greedy.jsonl` (reused across `--n`, `--temperature`, `--top-p` and `--seed`).
+go through procrl's sample store, `cache/` next to the report (content-addressed rollout shards; the report's
+`samples.files` lists the ones it read): a rerun with the same model, engine, prompts and sampling settings (e.g.
+with another scorer, once a PUM is trained, or into another report in the same folder) reads them instead of
+sampling, and a killed run resumes from its finished shards; the greedy decodes likewise (reused across `--n`,
+`--temperature`, `--top-p` and `--seed`).
 
 Writes a JSON report (settings, `--picsar-evaluator` included, accuracy per scorer with a 95% Wilson interval,
 every problem's candidates and picks) to `--output` and prints the accuracy table. Problems whose gold answer
