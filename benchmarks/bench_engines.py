@@ -3,7 +3,7 @@
     python benchmarks/bench_engines.py [--repeats 3] [--frs_repeats 1] [--shapes grpo,eval,frs] [--no-bf16]
     python benchmarks/bench_engines.py --part step [--steps 4] [--arms vllm-before,vllm-fp32,vllm-bf16,transformers]
 
-Part "gen" (default): `procrl.generation.make_engine(engine="transformers" | "vllm")` on the default model
+Part "gen" (default): `procrl.generation.make_engine(generation_backend="transformers" | "vllm")` on the default model
 (SmolLM2-135M-Instruct), one-shot chat prompts from `procrl.data_builders` (`load_math_dataset`), every completion
 forced to exactly `max_new_tokens` tokens (`min_new_tokens = max_new_tokens`, no stop strings), at three shapes:
 
@@ -140,7 +140,7 @@ class TransformersWorker:
 def _transformers_worker(conn, threads: int | None) -> None:
     if threads:
         torch.set_num_threads(threads)
-    engine = make_engine("default", engine="transformers", device="cpu", dtype="float32")
+    engine = make_engine("default", generation_backend="transformers", device="cpu", dtype="float32")
     warm_up(engine, [engine.tokenizer("warm up")["input_ids"]] * 2)
     conn.send(torch.get_num_threads())
     while (request := conn.recv()) is not None:
@@ -163,7 +163,7 @@ def run_generation(args) -> None:
     for arm in arms:
         dtype = "float32" if arm.endswith("fp32") else "bfloat16"
         start = time.perf_counter()
-        vllm = make_engine("default", engine="vllm", dtype=dtype, kv_cache_gib=args.kv_cache_gib)
+        vllm = make_engine("default", generation_backend="vllm", dtype=dtype, kv_cache_gib=args.kv_cache_gib)
         print(f"  {arm}: engine built in {time.perf_counter() - start:.1f} s", flush=True)
         warm_up(vllm, rows[shapes[0].label])
         for shape in shapes:

@@ -6,8 +6,9 @@
 `--stepgap A B`: Cohen's kappa between the step labels (`labels.jsonl` of two `procrl stepgap-eval` runs on the same
 annotated set; the full tree's labels), plus each run's agreement with the gold labels. `--frs A B`: Spearman's rank
 correlation between the reasoning scores RS (and RS from expected scores, where both runs have them) of the traces
-both runs judged (`judged_traces.jsonl` of two `procrl frs` runs on the same `traces.jsonl`: copy it into the second
-output directory first). Prints one line per statistic; `--json` prints a JSON object instead.
+both runs judged (`judged_traces.jsonl` of two `procrl frs` runs on the same traces: copy the first run's sample
+store `cache/` into the second output directory first). Prints one line per statistic; `--json` prints a JSON object
+instead.
 """
 
 from __future__ import annotations

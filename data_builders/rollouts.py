@@ -1,7 +1,8 @@
-"""Resumable, sharded rollouts for the data builders (DESIGN §5, issue 3 "Rollout engine").
+"""Resumable, sharded rollouts: procrl's one sample store (DESIGN §5, issue 3 "Rollout engine"), behind the data
+builders, `procrl select` and `procrl frs`.
 
 The engines (`SamplingParams`, `Rollout`, `RolloutEngine`, `TransformersEngine`, `VLLMEngine`, `make_engine`) live in
-the core layer, `procrl.generation.engines`. `run_rollouts` is what the builders call. It expands requests into
+the core layer, `procrl.generation.engines`. `run_rollouts` is what every sampler calls. It expands requests into
 rows, cuts the rows into shards, spreads the shards over accelerate processes, and writes each finished shard
 atomically to `cache_dir` (`procrl.data_builders.rollout_shards`):
 
@@ -15,7 +16,9 @@ atomically to `cache_dir` (`procrl.data_builders.rollout_shards`):
 Cache and resume. A shard's file name is a hash of everything its content depends on: the engine's
 `cache_key()` (model identity, dtype, and for transformers the device type and batch size, which fix the batch
 composition), the shard's rows (prompt ids, repeated n times), `params.to_dict()`, the seed and the shard index.
-The shard's generation is seeded from (seed, that hash), and its batches are a function of its rows alone, so its
+The shard's generation is seeded from (seed, that hash) (or with the caller's `shard_seed(index)`, which then joins
+the hash: the offline commands keep the seeds of their generate calls), and its batches are a function of its rows
+alone, so its
 content depends on neither the process that produced it nor the number of processes. A run killed with `kill -9`
 and rerun regenerates only the missing shards; every shard that exists is reused verbatim. Every call, fresh or
 resumed, returns what the shard files hold (the values it just computed are read back from the files too, and
@@ -43,8 +46,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,15 +63,7 @@ if TYPE_CHECKING:
 
 logger = get_logger(__name__)
 
-__all__ = [
-    "Rollout",
-    "RolloutEngine",
-    "RolloutRequest",
-    "RolloutStats",
-    "SamplingParams",
-    "default_state",
-    "run_rollouts",
-]
+__all__ = ["RolloutRequest", "RolloutStats", "run_rollouts"]
 
 
 @dataclass
@@ -106,6 +101,8 @@ class RolloutStats:
             generated past a row's end inside a batch are not counted.
         shards / generated_shards / cached_shards: the same in shards.
         wall_time_s: wall time of the call on this process (seconds).
+        files: the shard files that hold the rows, in row order (`cache_dir / "rollouts-<hash>.jsonl"`; a report
+            lists their names so that its samples can be read back: `rollout_shards.read_shard_file`).
     """
 
     rows: int = 0
@@ -116,6 +113,7 @@ class RolloutStats:
     generated_shards: int = 0
     cached_shards: int = 0
     wall_time_s: float = 0.0
+    files: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -135,6 +133,8 @@ def run_rollouts(
     poll_interval_s: float = 0.5,
     groups: Sequence[str] | None = None,
     group_unit: str = "problem",
+    shard_seed: Callable[[int], int] | None = None,
+    progress: bool = True,
 ) -> dict[str, list[Rollout]]:
     """Generate `n` rollouts for every request, sharded over processes and cached on disk; resumable.
 
@@ -156,6 +156,9 @@ def run_rollouts(
         groups: one group name per request (e.g. its problem id): a second progress bar counts the groups whose
             rows are all generated (`group_unit`s, e.g. problems).
         group_unit: the unit of that bar.
+        shard_seed: `shard_seed(i)` is the seed shard i is sampled with (it joins the shard's hash); None (the
+            builders): `derive_seed(seed, shard hash)`. The offline commands pass the seeds of their generate calls.
+        progress: show the progress bars (on the main process).
 
     Returns:
         `{request.key: [n Rollouts]}` in request order; the i-th rollout of a request is its i-th row.
@@ -177,17 +180,19 @@ def run_rollouts(
         state = default_state()
 
     rows = [r.prompt_ids for r in requests for _ in range(r.n)]
+    seed_of = shard_seed or (lambda i: None)  # None: the shard's seed is derived from its hash
     shards = [
-        Shard.build(i, rows[s : s + shard_size], engine, params, seed, cache_dir)
-        for i, s in enumerate(range(0, len(rows), shard_size))
+        Shard.build(i, rows[lo : lo + shard_size], engine, params, seed, cache_dir, seed_of(i))
+        for i, lo in enumerate(range(0, len(rows), shard_size))
     ]
     Path(cache_dir).mkdir(parents=True, exist_ok=True)
 
     done = {s.index for s in shards if s.is_complete()}
     mine = [s for s in shards if s.index % state.num_processes == state.process_index and s.index not in done]
-    bar = tqdm(total=len(rows), desc=desc, unit="rollout", disable=not state.is_main_process, dynamic_ncols=True)
+    show = progress and state.is_main_process
+    bar = tqdm(total=len(rows), desc=desc, unit="rollout", disable=not show, dynamic_ncols=True)
     bar.update(sum(len(s.rows) for s in shards if s.index in done))
-    group_bar = GroupProgress(requests, groups, shard_size, f"{desc}: {group_unit}s", group_unit, state)
+    group_bar = GroupProgress(requests, groups, shard_size, f"{desc}: {group_unit}s", group_unit, show)
     group_bar.update(done)
     generated_rows = generated_tokens = 0
     for shard in mine:
@@ -250,6 +255,7 @@ def run_rollouts(
         stats.generated_shards = sum(c[2] for c in counts)
         stats.cached_shards = len(shards) - stats.generated_shards
         stats.wall_time_s = time.perf_counter() - start
+        stats.files = [str(shard.path) for shard in shards]
     logger.info(
         "%s: %d rollouts in %d shards (%d generated here), %.1f s",
         desc,

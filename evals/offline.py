@@ -8,14 +8,14 @@ sampling settings (`sampling_params`), the PUM, the accuracy of one pick per pro
 accuracy table. Problems whose gold answer cannot be parsed are left out of the accuracy (their
 `correct` entry is None); with none left the accuracy and its interval are None (undefined, "–" in the table), not 0.
 
-Every command samples through a `procrl.generation` rollout engine (`generation_backend`: "auto" = vLLM wherever it
-imports, else transformers `generate`), whose `Rollout.logprobs` are raw (T = 1) natural-log probabilities.
+Every command samples through a `procrl.generation` rollout engine (the fields of `procrl.generation.EngineArguments`:
+`generation_backend` "auto" = vLLM wherever it imports, else transformers `generate`), whose `Rollout.logprobs` are
+raw (T = 1) natural-log probabilities.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,14 +24,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from procrl.data_builders.datasets import load_math_dataset, resolve_template
 from procrl.evals.stats import format_estimate, ratio, wilson_interval
 from procrl.generation import (
+    EngineArguments,
     RolloutEngine,
     SamplingParams,
     TransformersEngine,
-    make_engine,
     render_prompts,
-    weights_fingerprint,
 )
-from procrl.generation.engines import ENGINES
 from procrl.models import resolve_model
 from procrl.rewards.pum import PrefixUtilityModel
 from procrl.utils import get_logger
@@ -52,15 +50,16 @@ __all__ = [
 
 
 @dataclass
-class OfflineSamplingConfig:
-    """Settings of every offline command: the policy, the problem slice and sampling (`load_setup` reads them).
+class OfflineSamplingConfig(EngineArguments):
+    """Settings of every offline command: the engine (`EngineArguments`: `generation_backend`, `vllm_kv_cache_gib`,
+    `vllm_dtype`), the policy, the problem slice and sampling (`load_setup` reads them).
 
     `OfflineConfig` (`procrl select`, `procrl beam`) adds the PUM; `procrl.evals.frs.offline.OfflineFRSConfig`
     (`procrl frs`) overrides some defaults and help texts and validates with its own messages.
 
     Raises:
-        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, `temperature` <= 0, a
-            `generation_backend` not in auto/vllm/transformers, or `vllm_kv_cache_gib` <= 0.
+        ValueError: (on construction) `batch_size` or `max_new_tokens` < 1, `temperature` <= 0, or a bad engine
+            field (`EngineArguments.engine_problems`).
     """
 
     model: str = field(default="default", metadata={"help": "policy name or path ('default' = embedded SmolLM2-135M)"})
@@ -77,15 +76,6 @@ class OfflineSamplingConfig:
     batch_size: int = field(default=32, metadata={"help": "sequences per generate / scoring call"})
     seed: int = field(default=0, metadata={"help": "sampling seed and random-selection seed"})
     device: str | None = field(default=None, metadata={"help": "torch device (None: cuda if available, else cpu)"})
-    generation_backend: str = field(
-        default="auto",
-        metadata={
-            "help": "sampling engine: 'auto' (vLLM wherever it imports, else transformers), 'vllm' or 'transformers'"
-        },
-    )
-    vllm_kv_cache_gib: float | None = field(
-        default=None, metadata={"help": "vLLM's KV cache on CPU, in GiB (None: 1 GiB; ignored on GPU)"}
-    )
     no_progress: bool = field(default=False, metadata={"help": "hide progress bars"})
 
     def __post_init__(self) -> None:
@@ -101,18 +91,6 @@ class OfflineSamplingConfig:
                 f"--temperature ({self.temperature}) > 0 (e.g. --batch-size 32 --max-new-tokens 256 --temperature 0.7)"
             ]
         return self.engine_problems()
-
-    def engine_problems(self) -> list[str]:
-        """What is wrong with `generation_backend` and `vllm_kv_cache_gib` (empty when they are fine)."""
-        problems = []
-        if self.generation_backend not in ENGINES:
-            problems.append(
-                f"--generation-backend must be one of {', '.join(ENGINES)}, got {self.generation_backend!r} "
-                "(auto = vLLM wherever it imports)"
-            )
-        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
-            problems.append(f"--vllm-kv-cache-gib must be > 0 GiB (e.g. 1), got {self.vllm_kv_cache_gib}")
-        return problems
 
     def settings(self) -> dict[str, Any]:
         """The settings as the report records them: every field but `no_progress`, in field order."""
@@ -147,7 +125,6 @@ class Setup:
     eos_ids: list[int]
     prompt_ids: list[list[int]]
     device: str
-    model_key: str  # resolved path + fingerprint of the weight files (changes when a checkpoint is rewritten)
     model_path: str = ""
     _model: Any = field(default=None, repr=False)
 
@@ -176,8 +153,9 @@ def load_rows(config: OfflineSamplingConfig) -> list[dict]:
 
 
 def load_setup(config: OfflineSamplingConfig) -> Setup:
-    """Load the data slice `[start, end)` (end < 0: all), the policy's rollout engine (float32; `make_engine` with
-    `config.generation_backend`, on `device`, or cuda if available, for transformers; vLLM's platform for vLLM) and
+    """Load the data slice `[start, end)` (end < 0: all), the policy's rollout engine (float32 unless `vllm_dtype`
+    says otherwise for vLLM; `config.make_engine`, on `device`, or cuda if available, for transformers; vLLM's
+    platform for vLLM) and
     its tokenizer (pad = EOS when it has none), render the prompts and seed torch with `seed` (after the engine is
     built: an in-process vLLM engine seeds the global RNGs).
 
@@ -188,22 +166,19 @@ def load_setup(config: OfflineSamplingConfig) -> Setup:
     rows = load_rows(config)
     device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model(config.model)
-    model_key = f"{Path(str(path)).resolve() if Path(str(path)).exists() else path}:{weights_fingerprint(path)}"
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    engine = make_engine(
+    engine = config.make_engine(
         str(path),
-        engine=config.generation_backend,
         device=config.device if config.generation_backend != "transformers" else device,
         dtype="float32",
         batch_size=config.batch_size,
         tokenizer=tokenizer,
-        kv_cache_gib=config.vllm_kv_cache_gib,
     )
     prompt_ids = render_prompts(tokenizer, [row["prompt"] for row in rows])
     torch.manual_seed(config.seed)
-    return Setup(rows, engine, tokenizer, list(engine.eos_ids), prompt_ids, device, model_key, str(path))
+    return Setup(rows, engine, tokenizer, list(engine.eos_ids), prompt_ids, device, str(path))
 
 
 def sampling_params(config: OfflineSamplingConfig, max_new_tokens: int, stop: tuple[str, ...] = ()) -> SamplingParams:

@@ -21,25 +21,24 @@ Several scorers select from the SAME samples; a score pass writes all its column
 `picsar` also writes `score_picsar_reasoning` and `score_picsar_answer`). Ties always go to the earliest candidate.
 The result also holds pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of one
 sample; with `greedy`, also one greedy decode per problem (temperature 0, same prompt and token budget) and its
-accuracy (row `greedy`). The samples (token ids and log-probs) are kept in `<output_dir>/samples.jsonl`: a rerun
-with the same model, engine (`RolloutEngine.cache_key()`: a vLLM sample is never reused as a transformers one),
-data slice and sampling settings (e.g. with another scorer, or once a PUM is trained) reads them instead of
-sampling. The greedy decodes are kept likewise in `<output_dir>/greedy.jsonl` (keyed without the sampling-only
-settings `n`, `temperature`, `top_p`, `seed`). With `ks`, `procrl select` also computes the best-of-k curves of
+accuracy (row `greedy`). The samples (token ids and log-probs) go through procrl's sample store
+(`procrl.data_builders.rollouts.run_rollouts`: content-addressed shards in `cache/` in `output_dir`,
+`store_dir`; the result lists its shard files): a rerun with the same model, engine (`RolloutEngine.cache_key()`: a vLLM sample
+is never reused as a transformers one), prompts and sampling settings (e.g. with another scorer, once a PUM is
+trained) reads them instead of sampling, and a killed run resumes from
+its finished shards. The greedy decodes are stored likewise (keyed without the sampling-only settings `n`,
+`temperature`, `top_p`, `seed`). With `ks`, `procrl select` also computes the best-of-k curves of
 every method from the same samples (`procrl.evals.bestofn`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
+from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
 from procrl.evals.bestofn import parse_ks
 from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params
 from procrl.evals.selection_scorers import (
@@ -69,6 +68,7 @@ __all__ = [
     "select_argmax",
     "select_majority",
     "select_random",
+    "store_dir",
 ]
 
 
@@ -96,7 +96,7 @@ class SelectConfig(OfflineConfig):
         default=False,
         metadata={
             "help": "also decode every problem once greedily (temperature 0, same prompt and --max-new-tokens): "
-            "a `greedy` entry per problem and a `greedy` accuracy row; cached in <output-dir>/greedy.jsonl"
+            "a `greedy` entry per problem and a `greedy` accuracy row; stored in the sample store like the samples"
         },
     )
     ks: str = field(
@@ -165,66 +165,25 @@ class SelectConfig(OfflineConfig):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The samples file
+# The samples: procrl's sample store (`procrl.data_builders.rollouts`)
 # ----------------------------------------------------------------------------------------------------------
 
 
 RUN_FILE = "run.json"  # the run record procrl.experiment.tracking writes (a layer above: named here to read it)
 PROBLEMS_FILE = "problems.jsonl"  # `procrl select`'s per-problem rows beside it (TrackedRun.write_rows("problems"))
-# What decides the samples of `procrl select` (the key of its samples file, with the engine's cache key; batch_size
-# makes the generate calls, hence the seeds).
-SAMPLE_SETTINGS = (
-    "model", "dataset", "split", "start", "end", "prompt_template", "n", "temperature", "top_p", "max_new_tokens",
-    "batch_size", "seed",
-)  # fmt: skip
-# What decides the greedy decodes (the key of the greedy file): the same, less what only sampling reads.
-GREEDY_SETTINGS = tuple(k for k in SAMPLE_SETTINGS if k not in ("n", "temperature", "top_p", "seed"))
+def store_dir(output_dir: str | Path) -> Path:
+    """The sample store of a select run: `cache/` in its output directory (content-addressed rollout shards).
 
-
-def _read_samples(path: Path, key: dict, expected: int) -> tuple[list[list[int]], list[list[float]]] | None:
-    """(ids, log-probs) from a samples file written with the same settings, else None (missing, other settings,
-    wrong count or unreadable: then the samples are drawn again and the file rewritten)."""
-    if not path.is_file():
-        return None
-    try:
-        lines = path.read_text().splitlines()
-        if json.loads(lines[0]) != {"settings": key}:
-            logger.info("select: %s holds samples of other settings (model, data or sampling); sampling again", path)
-            return None
-        rows = [json.loads(line) for line in lines[1:]]
-        ids, logps = [list(r["ids"]) for r in rows], [list(r["logps"]) for r in rows]
-    except (OSError, ValueError, IndexError, KeyError, TypeError):
-        logger.warning("select: %s is unreadable; sampling again", path)
-        return None
-    if len(ids) != expected or any(len(i) != len(lp) for i, lp in zip(ids, logps, strict=True)):
-        logger.warning("select: %s does not hold %d complete samples; sampling again", path, expected)
-        return None
-    return ids, logps
-
-
-def _write_samples(path: Path, key: dict, ids: list[list[int]], logps: list[list[float]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one temporary file per process
-    with tmp.open("w") as f:
-        f.write(json.dumps({"settings": key}) + "\n")
-        for i, lp in zip(ids, logps, strict=True):
-            f.write(json.dumps({"ids": [int(t) for t in i], "logps": [float(x) for x in lp]}) + "\n")
-    tmp.replace(path)  # atomic: a killed run never leaves a half-written samples file
-
-
-def cache_paths(output_dir: str | Path) -> tuple[Path, Path]:
-    """(samples file, greedy file) of a select run's output directory: `samples.jsonl` and `greedy.jsonl` in it.
-
-    >>> [p.as_posix() for p in cache_paths("outputs/select")]
-    ['outputs/select/samples.jsonl', 'outputs/select/greedy.jsonl']
+    >>> store_dir("outputs/select").as_posix()
+    'outputs/select/cache'
     """
-    return Path(output_dir) / "samples.jsonl", Path(output_dir) / "greedy.jsonl"
+    return Path(output_dir) / "cache"
 
 
 def read_select_run(directory: str | Path) -> dict:
     """The result of the `procrl select` run in `directory` (its run.json's `result`) with its `problems` read back
     from `problems.jsonl` beside it: what `run_select` returned. For reusing a run's samples (`procrl frs
-    --traces-from`); the samples file is `cache_paths(directory)[0]`.
+    --traces-from`); the samples are in `store_dir(directory)`, the shard files the result's `samples.files` lists.
 
     Raises:
         ValueError: no readable run.json, a run of another command or one that did not finish, or no readable
@@ -242,7 +201,7 @@ def read_select_run(directory: str | Path) -> dict:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         raise ValueError(
             f"{directory}: not a readable `procrl select` run ({err}); give the directory `procrl select "
-            "--output-dir` wrote (run.json, problems.jsonl, samples.jsonl)"
+            "--output-dir` wrote (run.json, problems.jsonl, cache/)"
         ) from None
     return result
 
@@ -253,52 +212,39 @@ def read_select_run(directory: str | Path) -> dict:
 
 
 def _decode(
-    config: SelectConfig, s: Setup, path: Path, settings: tuple[str, ...], requests: list, params: SamplingParams,
-    seed: tuple[int, str], what: str,
-) -> tuple[list, list, bool]:  # fmt: skip
-    """(ids, log-probs, from the file?) of one decode of each of `requests`, read from `path` when it holds a
-    decode with the same key (`settings` of `config`, the model, engine, device and prompts), else generated in
-    runs of `batch_size` (call c seeded with `derive_seed(*seed, c)`) and written to `path`."""
-    key = {
-        **{k: getattr(config, k) for k in settings},
-        "model_key": s.model_key,
-        "engine": s.engine.cache_key(),
-        "device": str(s.device),
-        "prompts_sha256": hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest(),
-    }
-    cached = _read_samples(path, key, len(requests))
-    if cached is not None:
-        logger.info("select: %d %s read from %s (same model, engine, data and settings)", len(cached[0]), what, path)
-        return *cached, True
-    ids, logps = [], []
-    starts = range(0, len(requests), config.batch_size)
-    for call, start in enumerate(tqdm(starts, desc=what, disable=config.no_progress)):
-        rollouts = s.engine.generate(requests[start : start + config.batch_size], params, seed=derive_seed(*seed, call))
-        ids += [r.token_ids for r in rollouts]
-        logps += [r.logprobs for r in rollouts]
-    _write_samples(path, key, ids, logps)
-    return ids, logps, False
+    config: SelectConfig, s: Setup, prompts: list[list[int]], n: int, params: SamplingParams, seed: tuple[int, str],
+    what: str,
+) -> tuple[list, list, RolloutStats]:  # fmt: skip
+    """(ids, log-probs, what the store did) of `n` decodes of each of `prompts` (problem-major): run through the
+    sample store (`run_rollouts`, `store_dir(config.output_dir)`) in shards of `batch_size` rows, shard c sampled by one
+    `s.engine.generate` call seeded with `derive_seed(*seed, c)`; a shard already in the store (same engine, rows,
+    settings and seed) is read instead."""
+    requests = [RolloutRequest(str(p), ids, n) for p, ids in enumerate(prompts)]
+    stats = RolloutStats()
+    results = run_rollouts(
+        s.engine, requests, params, seed=seed[0], cache_dir=store_dir(config.output_dir), shard_size=config.batch_size,
+        desc=what, stats=stats, shard_seed=lambda c: derive_seed(*seed, c), progress=not config.no_progress,
+    )  # fmt: skip
+    rollouts = [r for request in requests for r in results[request.key]]
+    if not stats.generated_rows:
+        logger.info("select: all %d %s read from the sample store %s", len(rollouts), what, store_dir(config.output_dir))
+    return [r.token_ids for r in rollouts], [r.logprobs for r in rollouts], stats
 
 
-def _sample(config: SelectConfig, s: Setup, samples_path: Path) -> tuple[list, list, bool]:
-    """(ids, log-probs, from the samples file?) of the `n` samples of every problem, problem-major.
-
-    The rows go to `s.engine.generate` in runs of `batch_size` (one call each, seeded with
-    `derive_seed(seed, "select", call index)`), so the samples are a function of the settings and the engine alone.
-    """
-    requests = [p for p in s.prompt_ids for _ in range(config.n)]  # problem-major, N consecutive samples each
+def _sample(config: SelectConfig, s: Setup) -> tuple[list, list, RolloutStats]:
+    """(ids, log-probs, what the store did) of the `n` samples of every problem, problem-major: shards of
+    `batch_size` rows, shard c seeded with `derive_seed(seed, "select", c)`."""
     params = sampling_params(config, config.max_new_tokens)
-    return _decode(config, s, samples_path, SAMPLE_SETTINGS, requests, params, (config.seed, "select"), "samples")
+    return _decode(config, s, s.prompt_ids, config.n, params, (config.seed, "select"), "samples")
 
 
-def _greedy(config: SelectConfig, s: Setup, greedy_path: Path) -> tuple[list[list[int]], bool]:
-    """(ids, from the greedy file?) of one greedy decode per problem (temperature 0, the same prompt and
-    `max_new_tokens` as the samples), cached in `greedy_path` apart from the samples."""
+def _greedy(config: SelectConfig, s: Setup) -> tuple[list[list[int]], RolloutStats]:
+    """(ids, what the store did) of one greedy decode per problem (temperature 0, the same prompt and
+    `max_new_tokens` as the samples, seeds `derive_seed(0, "select-greedy", c)`: reused across `n`, `temperature`,
+    `top_p` and `seed`)."""
     params = SamplingParams(temperature=0.0, top_p=1.0, top_k=0, max_new_tokens=config.max_new_tokens)
-    ids, _, from_cache = _decode(
-        config, s, greedy_path, GREEDY_SETTINGS, list(s.prompt_ids), params, (0, "select-greedy"), "greedy decodes"
-    )
-    return ids, from_cache
+    ids, _, stats = _decode(config, s, s.prompt_ids, 1, params, (0, "select-greedy"), "greedy decodes")
+    return ids, stats
 
 
 def _greedy_entries(s: Setup, ids: list[list[int]]) -> list[dict]:
@@ -320,21 +266,29 @@ def run_select(config: SelectConfig) -> dict:
     `model`, `dataset`, `settings` (every field, e.g.
     `picsar_evaluator`), `scorers`, `results` (scorer -> `accuracy` dict; `greedy` with `config.greedy`; plus
     `pass@N (oracle)`), `summary` (`mean_sample_accuracy`, None without a parseable gold; `unparseable_gold`),
-    `wall_time_s`, `samples` (`path`, `from_cache`; with greedy also `greedy_path`, `greedy_from_cache`) and
+    `wall_time_s`, `samples` (`cache_dir`: the sample store, `engine`: its cache key, `files`: the shard files of
+    the samples in it, `from_cache`: nothing sampled; with greedy also `greedy_files`, `greedy_from_cache`) and
     `problems` (each candidate's text, extracted answer, correctness, token count and `score_<column>` for every
     column of the score passes run, the picks, and with greedy a `greedy` entry `{"text", "extracted", "correct"}`).
     """
     t0 = time.perf_counter()
     s = load_setup(config)
-    samples_path, greedy_path = cache_paths(config.output_dir)
-    ids, logps, from_cache = _sample(config, s, samples_path)
-    t_gen = time.perf_counter() - t0  # model loading included; with cached samples, loading and reading only
+    ids, logps, stats = _sample(config, s)
+    t_gen = time.perf_counter() - t0  # model loading included; with stored samples, loading and reading only
     greedy: list[dict] | None = None
-    samples_info: dict = {"path": str(samples_path), "from_cache": from_cache}
+    samples_info: dict = {
+        "cache_dir": str(store_dir(config.output_dir)),
+        "engine": s.engine.cache_key(),
+        "files": [Path(f).name for f in stats.files],
+        "from_cache": stats.generated_rows == 0,
+    }
     if config.greedy:
-        greedy_ids, greedy_from_cache = _greedy(config, s, greedy_path)
+        greedy_ids, greedy_stats = _greedy(config, s)
         greedy = _greedy_entries(s, greedy_ids)
-        samples_info |= {"greedy_path": str(greedy_path), "greedy_from_cache": greedy_from_cache}
+        samples_info |= {
+            "greedy_files": [Path(f).name for f in greedy_stats.files],
+            "greedy_from_cache": greedy_stats.generated_rows == 0,
+        }
     t_greedy = time.perf_counter() - t0 - t_gen
     texts = s.tokenizer.batch_decode(ids, skip_special_tokens=True)
     texts_g, ids_g, logps_g = _group(texts, config.n), _group(ids, config.n), _group(logps, config.n)

@@ -38,10 +38,10 @@ bestofn() {
     keep bestofn/$name $run/{table.md,curves.png,run.json}
     if [ "$DECOUPLED" = 1 ]; then
       # PiCSAR's decoupling: the other model teacher-forces the answer term over the SAME samples (the samples key
-      # ignores the evaluator, so a copy of the samples file is read, not resampled)
+      # ignores the evaluator, so a copy of the sample store is read, not resampled)
       decoupled=${run}_answer_by_$oname
       mkdir -p "$decoupled"
-      cp "$run/samples.jsonl" "$decoupled/samples.jsonl"
+      cp -r "$run/cache" "$decoupled/"
       $PROCRL select --config configs/results/select_svamp.yaml --model "$model" --greedy false \
         --scorer picsar,picsar_reasoning,picsar_answer --picsar_evaluator "$other" --output-dir "$decoupled"
       keep bestofn/${name}_answer_by_$oname $decoupled/{table.md,curves.png,run.json}
@@ -63,7 +63,7 @@ frs() {
           runs+=($OUT/frs/svamp_${name}_judge_$jname)
         done ;;
     esac
-    # GSM8K test 0-50, 16 traces of 256 tokens (traces.jsonl resumes; ~47 min of sampling here when absent)
+    # GSM8K test 0-50, 16 traces of 256 tokens (the sample store cache/ resumes; ~47 min of sampling here when absent)
     $PROCRL frs --model default --dataset gsm8k --start 0 --end 50 --frs_traces 16 --judge "$judge" \
       --frs_k_values 10 20 30 --output-dir $OUT/frs/gsm8k_smollm2_judge_$jname
     runs+=($OUT/frs/gsm8k_smollm2_judge_$jname)

@@ -105,15 +105,17 @@ GAINED = {"answer_extraction": "strict"}
 GAINED_BY = {"svamp_smollm2_pum", "svamp_smollm2_pum_process", "svamp_smollm2_pum_steps"}
 # Issue 26: the step scorer has its own key. Before, "pum" in reward_funcs became the step scorer in mixed mode and its
 # reward_weights entry was dropped at parse time; now reward_funcs are the scalar rewards alone, one weight each.
+# Keys renamed in every config (the builder's `engine` is the `generation_backend` of every command).
+KEY_RENAMES = {"engine": "generation_backend"}
 RENAMED = {
     "svamp_smollm2_pum_steps": {"reward_funcs": ["outcome"], "reward_weights": [1.0], "step_reward_func": "pum"},
 }
 
 
 def _expected(path: str) -> dict:
-    """The old full copy of `path` with the keys it gained or had renamed since (GAINED, RENAMED)."""
+    """The old full copy of `path` with the keys it gained or had renamed since (GAINED, KEY_RENAMES, RENAMED)."""
     stem = Path(path).stem
-    old = yaml.safe_load(_old_text(path))
+    old = {KEY_RENAMES.get(key, key): value for key, value in yaml.safe_load(_old_text(path)).items()}
     return {**old, **(GAINED if stem in GAINED_BY else {}), **RENAMED.get(stem, {})}
 
 

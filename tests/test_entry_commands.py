@@ -72,7 +72,7 @@ def test_build_pum_data_at_a_tiny_size(tmp_path, tiny_model_dir):
     flags = ["--config", str(ROOT / "configs" / "pum" / "build_gsm8k_cpu.yaml"), "--end", "1", "--output_dir",
              str(out), "--trajectory_source", "reference", "--students", str(tiny_model_dir), str(tiny_model_dir),
              "--student_max_new_tokens", "4", "4", "--n_rollouts", "2", "--n_rollouts_bare", "2",
-             "--engine", "transformers"]  # fmt: skip
+             "--generation_backend", "transformers"]  # fmt: skip
     proc = _run([str(BIN / "procrl"), "build-pum-data", *flags], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     stats = json.loads((out / "stats.json").read_text())

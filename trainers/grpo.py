@@ -57,6 +57,7 @@ from typing import NamedTuple
 import torch
 from trl import GRPOConfig, GRPOTrainer
 
+from procrl.generation import EngineArguments
 from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
 from procrl.rewards.outcome import outcome_reward
 from procrl.step_rewards import StepRewards
@@ -72,7 +73,7 @@ from procrl.trainers.console import install_console_line
 from procrl.trainers.hacking import correlation, repetition_rate
 from procrl.trainers.monitoring import MonitorArguments, TrainingMonitor, log_batch_monitors, step_reward_columns
 from procrl.trainers.rollout import ProcessRollout
-from procrl.trainers.vllm_colocate import GenerationBackendArguments, finish_vllm_setup, trl_llm_overrides
+from procrl.trainers.vllm_colocate import finish_vllm_setup, resolve_generation_backend, trl_llm_overrides
 from procrl.trainers.vllm_rollout import resolve_importance_sampling
 from procrl.utils import get_logger
 
@@ -93,7 +94,7 @@ class RowSteps(NamedTuple):
 
 
 @dataclass
-class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments):
+class ProcessGRPOConfig(GRPOConfig, EngineArguments, MonitorArguments):
     """`GRPOConfig` with defaults that work on a CPU-only machine and procrl's reward aggregation.
 
     Differences from TRL's defaults:
@@ -103,13 +104,14 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (DESIGN §3).
 
-    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4), and
-    `generation_backend` ("auto" = vLLM where it runs; it sets `use_vllm`) with `vllm_kv_cache_gib` and `vllm_dtype`
-    (`procrl.trainers.vllm_colocate`); `hacking_window`, `completions_jsonl`, `completions_jsonl_per_step` and
-    `console_line` (`procrl.trainers.monitoring`).
+    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4); the engine fields of
+    `procrl.generation.EngineArguments` (`generation_backend`: "auto" = vLLM where it runs; it sets `use_vllm`;
+    `vllm_kv_cache_gib`, `vllm_dtype`; resolved by `procrl.trainers.vllm_colocate.resolve_generation_backend`);
+    `hacking_window`, `completions_jsonl`, `completions_jsonl_per_step` and `console_line`
+    (`procrl.trainers.monitoring`).
 
     Raises:
-        ValueError, ImportError: see the fields' checks (`GenerationBackendArguments.resolve_generation_backend`).
+        ValueError, ImportError: see the fields' checks (`resolve_generation_backend`).
     """
 
     bf16: str = field(default="auto", metadata={"help": BF16_HELP})
@@ -155,7 +157,7 @@ class ProcessGRPOConfig(GRPOConfig, GenerationBackendArguments, MonitorArguments
             )
         if not (math.isfinite(self.process_alpha) and self.process_alpha >= 0):
             raise ValueError(f"process_alpha={self.process_alpha} must be finite and >= 0 (e.g. process_alpha: 1.0).")
-        self.resolve_generation_backend()
+        resolve_generation_backend(self)
         self.check_monitor_arguments()
         resolve_config_bf16(self)
         resolve_importance_sampling(self)  # auto: refined by ProcessGRPOTrainer, which knows the policy's dtype

@@ -33,58 +33,24 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-import torch
-from transformers import StoppingCriteria, StoppingCriteriaList
-
-from procrl.generation import SamplingParams, derive_seed, generate_completions
+from procrl.generation import (
+    SamplingParams,
+    cut_completion,
+    derive_seed,
+    generate_completions,
+    sampled_logprobs_are_raw,
+    stop_criteria,
+)
 from procrl.retrieval import Passage, Retriever, format_passages
-from procrl.rewards.steps import token_char_offsets
 from procrl.trainers.search_turns import SearchEpisodes, Turn, run_episodes
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes", "StopOnStrings", "draws_raw_distribution"]
+__all__ = ["STOP_STRINGS", "SearchEnvironment", "SearchEpisodes"]
 
 
 STOP_STRINGS = ("</search>", "</answer>")
-
-
-class StopOnStrings(StoppingCriteria):
-    """Stop a row once the text it generated (after `prompt_width` input columns) contains a stop string.
-
-    transformers' `StopStringCriteria` only fires when the stop string ends exactly at a token end; a byte-level
-    BPE token such as ">\\n" would let generation run past `</search>`. This check decodes the last `window`
-    generated tokens of each row instead, so a stop string ending inside a token is caught too.
-    """
-
-    def __init__(self, tokenizer, stop_strings: Sequence[str], prompt_width: int, window: int = 12):
-        self.tokenizer = tokenizer
-        self.stop_strings = tuple(stop_strings)
-        self.prompt_width = prompt_width
-        self.window = window
-
-    def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
-        new = input_ids[:, self.prompt_width :]  # (B, T_new)
-        tails = self.tokenizer.batch_decode(new[:, -self.window :], skip_special_tokens=True)
-        done = [any(s in tail for s in self.stop_strings) for tail in tails]
-        return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-
-# vLLM sampling fields that leave the distribution raw at these values (any other field counts as changing it)
-NEUTRAL_VLLM_FIELDS = {"min_p": 0.0, "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0}
-
-
-def draws_raw_distribution(sampling: SamplingParams, extra: dict | None = None) -> bool:
-    """True when vLLM samples from the raw model distribution: T = 1, top_p = 1, top_k = 0, no min_new_tokens,
-    and every `extra` vLLM field at its neutral value (`NEUTRAL_VLLM_FIELDS`; None counts as neutral). vLLM's
-    processed log-probs are the raw ones then: they are the log_softmax after the logits processors (min_tokens,
-    penalties, min_p), temperature and top-k/top-p (vllm/v1/sample/sampler.py:98-103, 274-290;
-    vllm/v1/sample/ops/topk_topp_sampler.py:163-167), all the identity at these values."""
-    neutral = all(
-        k in NEUTRAL_VLLM_FIELDS and (v is None or float(v) == NEUTRAL_VLLM_FIELDS[k]) for k, v in (extra or {}).items()
-    )
-    return sampling.samples_raw_distribution and sampling.min_new_tokens == 0 and neutral
 
 
 @dataclass
@@ -143,8 +109,7 @@ class SearchEnvironment:
         def generate_turns(rows: list[int], inputs: list[list[int]], budgets: list[int], turn: int) -> list[Turn]:
             config = copy.deepcopy(generation_config)
             config.max_new_tokens = max(budgets)  # rows with less room are cut to it by `run_episodes`
-            width = max(len(x) for x in inputs)
-            stop = StoppingCriteriaList([StopOnStrings(tokenizer, self.stop_strings, prompt_width=width)])
+            stop = stop_criteria(tokenizer, self.stop_strings, prompt_width=max(len(x) for x in inputs))
             out = generate_completions(
                 model,
                 inputs,
@@ -156,9 +121,9 @@ class SearchEnvironment:
                 stopping_criteria=stop,
             )
             turns = []
-            for k in range(len(rows)):
-                cut = self._cut_at_stop(tokenizer, out.completion_ids[k])
-                turns.append(Turn(cut, out.logprobs[k][: len(cut)], out.completion_logps[k][: len(cut)]))
+            for ids, logps, raw in zip(out.completion_ids, out.logprobs, out.completion_logps, strict=True):
+                cut, _ = cut_completion(ids, eos_ids=eos_ids, stop=self.stop_strings, tokenizer=tokenizer)
+                turns.append(Turn(ids[:cut], logps[:cut], raw[:cut]))
             return turns
 
         return run_episodes(
@@ -201,11 +166,11 @@ class SearchEnvironment:
             `SearchEpisodes`. `logprobs` are vLLM's sampled-token log-probs (natural log) in
             `engine.logprobs_mode`: raw (T = 1) with "raw_logprobs", the sampler's (after temperature, top-p, ...)
             with "processed_logprobs" (TRL's colocate engine). `completion_logps` are the same values when they are
-            raw (raw mode, or a sampler that draws from the raw distribution: see `draws_raw_distribution`), else
-            None: the caller then rescores the completions once (`engine.rescore`).
+            raw (raw mode, or a sampler that draws from the raw distribution: `procrl.generation.
+            sampled_logprobs_are_raw`), else None: the caller then rescores the completions once (`engine.rescore`).
         """
         extra = dict(extra or {})
-        raw = engine.logprobs_mode == "raw_logprobs" or draws_raw_distribution(sampling, extra)
+        raw = sampled_logprobs_are_raw(engine.logprobs_mode, {**sampling.vllm_fields(), **extra})
 
         def generate_turns(rows: list[int], inputs: list[list[int]], budgets: list[int], turn: int) -> list[Turn]:
             params = [
@@ -228,14 +193,3 @@ class SearchEnvironment:
             self, tokenizer, prompts, prompt_ids, generate_turns, max_completion_length=max_completion_length,
             eos_ids=engine.eos_ids, keep_raw=raw,
         )  # fmt: skip
-
-    def _cut_at_stop(self, tokenizer, turn_ids: list[int]) -> list[int]:
-        """Cut a generated turn after the token that completes the first stop string (sampled ids, never
-        re-encoded); rows that stopped are padded by `generate` after that token, and those pads go."""
-        text, spans = token_char_offsets(turn_ids, tokenizer)
-        hits = [text.find(s) + len(s) for s in self.stop_strings if s in text]
-        if not hits:
-            return list(turn_ids)
-        end = min(hits)
-        cut = next(t + 1 for t, (_, e) in enumerate(spans) if e >= end)
-        return list(turn_ids[:cut])

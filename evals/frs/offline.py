@@ -8,9 +8,9 @@ budget defaults to `procrl.evals.frs.judging.JUDGE_MAX_TOKENS`) and returns the 
 intervals, settings, wall times) with the files it wrote into `args.output_dir` (`FILES`, role -> name, relative
 to that directory):
 
-- `traces.jsonl` ("traces"): the sampled traces, written chunk by chunk (`generate_traces_resumable`); an
-  interrupted run started again with the same settings and engine resumes from it, and a rerun (e.g. with another
-  judge) generates nothing;
+- `cache/` (not a `files` entry): the sample store (`procrl.evals.frs.sampling.sample_traces`: content-addressed
+  rollout shards); an interrupted run started again with the same settings and engine resumes from it, and a rerun
+  (e.g. with another judge) generates nothing;
 - `judged_traces.jsonl` ("judged_traces"): every trace with its judgement (text, confidence, correctness, `scores`,
   `rs`, `unscored`; with a judge that returns log-probs `expected_scores` and `rs_expected`), one JSON per line
   (`procrl.evals.frs.traces.write_traces`);
@@ -23,7 +23,6 @@ The command puts the result into the run record (`run.json`'s `result`, the file
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,10 +30,10 @@ from pathlib import Path
 from procrl.evals.frs import FRSArguments, compute_frs
 from procrl.evals.frs.intervals import accuracy_key, frs_intervals, frs_key
 from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
-from procrl.evals.frs.sampling import generate_traces_resumable, select_traces
+from procrl.evals.frs.sampling import sample_traces, select_traces
 from procrl.evals.frs.traces import write_traces
 from procrl.evals.offline import OfflineSamplingConfig, load_rows, load_setup
-from procrl.evals.selection import cache_paths, read_select_run
+from procrl.evals.selection import read_select_run
 from procrl.generation import SamplingParams
 from procrl.judges import JudgeArguments
 from procrl.judges.spec import open_judge_from
@@ -45,10 +44,7 @@ logger = get_logger(__name__)
 __all__ = ["FILES", "OfflineFRSConfig", "plot_frs", "run_frs", "with_select_settings"]
 
 # what `run_frs` writes into the output directory: role -> file name
-FILES = {"traces": "traces.jsonl", "judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
-# the settings that make two runs' traces the same (the first line of traces.jsonl; plus the traces per problem)
-TRACE_SETTINGS = ("model", "dataset", "split", "start", "prompt_template", "temperature", "top_p", "top_k",
-                  "max_new_tokens", "batch_size", "seed")  # fmt: skip
+FILES = {"judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
 # the settings a `--traces-from` select report gives the run (its policy, data slice and sampling; its `n` is the
 # number of traces per problem, `frs_traces`)
 SELECT_SETTINGS = ("model", "dataset", "split", "start", "end", "prompt_template", "temperature", "top_p",
@@ -85,7 +81,7 @@ class OfflineFRSConfig(OfflineSamplingConfig):
     traces_from: str | None = field(
         default=None,
         metadata={
-            "help": "a `procrl select` run directory (its --output-dir: run.json, problems.jsonl, samples.jsonl): "
+            "help": "a `procrl select` run directory (its --output-dir: run.json, problems.jsonl, cache/): "
             "its samples are the traces (no sampling; model, data slice, sampling settings and seed come from the "
             "run), so best-of-N and FRS share one sample set"
         },
@@ -124,9 +120,7 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
         t_gen = time.perf_counter()
         dataset = load_rows(args)
         traces = select_traces(args.traces_from, dataset, tail_fraction=config.tail_fraction)
-        with cache_paths(args.traces_from)[0].open() as handle:  # select_traces has read it: it exists
-            traces_engine = json.loads(handle.readline()).get("settings", {}).get("engine")
-        del files["traces"]  # nothing sampled
+        traces_engine = read_select_run(args.traces_from)["samples"].get("engine")
     else:
         setup = load_setup(args)  # the problems and the policy's float32 rollout engine
         dataset, engine = setup.dataset, setup.engine
@@ -134,9 +128,7 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
             temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_new_tokens
         )
         t_gen = time.perf_counter()
-        traces = generate_traces_resumable(
-            out / FILES["traces"],
-            {**{key: getattr(args, key) for key in TRACE_SETTINGS}, "traces": frs.frs_traces},
+        traces = sample_traces(
             engine,
             dataset,
             n_traces=frs.frs_traces,
@@ -144,6 +136,7 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
             batch_size=args.batch_size,
             tail_fraction=config.tail_fraction,
             seed=args.seed,
+            cache_dir=out / "cache",
             progress=not args.no_progress,
         )
         traces_engine = engine.cache_key()

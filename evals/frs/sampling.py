@@ -5,25 +5,29 @@ Two samplers, one `Trace` per completion:
 - `generate_traces`: the training callback's (`procrl.trainers.frs_callback`, the live policy, GRPO's sampling
   settings), `procrl.generation.generate_completions` (left padding, KV cache, cut after the first EOS); each
   trace's confidence comes from that generation's own raw logits (`completion_logps`, T = 1);
-- `engine_traces` / `generate_traces_resumable`: `procrl frs`'s (offline), through a `procrl.generation` rollout
-  engine (vLLM or transformers), whose `Rollout.logprobs` are raw (T = 1) as well; the resumable form writes the
-  traces chunk by chunk so that an interrupted run resumes where it stopped.
+- `sample_traces`: `procrl frs`'s (offline), through a `procrl.generation` rollout engine (vLLM or transformers),
+  whose `Rollout.logprobs` are raw (T = 1) as well, and procrl's sample store (`procrl.data_builders.rollouts.
+  run_rollouts`: content-addressed shards, so an interrupted run resumes where it stopped and a rerun samples
+  nothing);
+- `select_traces`: the samples of a `procrl select` report, read back from the same store.
 
-No second forward pass in either.
+No second forward pass in any.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from procrl.data_builders.rollout_shards import read_shard_file
+from procrl.data_builders.rollouts import RolloutRequest, run_rollouts
 from procrl.evals.frs import Trace, tail_confidence_from_logps
-from procrl.evals.selection import cache_paths, read_select_run
+from procrl.evals.selection import read_select_run, store_dir
 from procrl.generation import (
     RolloutEngine,
     SamplingParams,
@@ -33,11 +37,11 @@ from procrl.generation import (
     render_prompts,
 )
 from procrl.rewards.outcome import is_correct
-from procrl.utils import get_logger, json_safe, prompt_to_text
+from procrl.utils import get_logger, prompt_to_text
 
 logger = get_logger(__name__)
 
-__all__ = ["engine_traces", "generate_traces", "generate_traces_resumable", "select_traces"]
+__all__ = ["generate_traces", "sample_traces", "select_traces"]
 
 
 def generate_traces(
@@ -123,41 +127,7 @@ def _trace(
     )
 
 
-def engine_traces(
-    engine: RolloutEngine,
-    rows: Sequence[dict[str, Any]],
-    *,
-    n_traces: int,
-    params: SamplingParams,
-    seed: int,
-    tail_fraction: float = 0.1,
-    chat_template_kwargs: dict | None = None,
-    first_row_index: int = 0,
-) -> list[Trace]:
-    """Sample `n_traces` completions per problem with one `engine.generate(..., seed=seed)` call and turn each into
-    a `Trace` (confidence: FRS tail confidence of the rollout's raw (T = 1) log-probs; correctness:
-    `is_correct` against the `answer` column; `first_row_index` names problems without a `problem_id`).
-
-    Returns:
-        `len(rows) * n_traces` traces, problem by problem, traces of one problem in sampling order.
-
-    Raises:
-        ValueError: `n_traces` below 1.
-    """
-    if n_traces < 1:
-        raise ValueError(f"n_traces must be >= 1, got {n_traces}")
-    prompt_ids = render_prompts(engine.tokenizer, [row["prompt"] for row in rows], chat_template_kwargs)
-    rollouts = engine.generate([ids for ids in prompt_ids for _ in range(n_traces)], params, seed=seed)
-    jobs = [(first_row_index + i, row) for i, row in enumerate(rows) for _ in range(n_traces)]
-    return [
-        _trace(index, row, r.text, r.logprobs, len(r.token_ids), tail_fraction)
-        for (index, row), r in zip(jobs, rollouts, strict=True)
-    ]
-
-
-def generate_traces_resumable(
-    path: str | Path,
-    settings: Mapping[str, Any],
+def sample_traces(
     engine: RolloutEngine,
     rows: Sequence[dict[str, Any]],
     *,
@@ -166,28 +136,31 @@ def generate_traces_resumable(
     batch_size: int,
     tail_fraction: float,
     seed: int,
+    cache_dir: str | os.PathLike,
+    chat_template_kwargs: dict | None = None,
     progress: bool = True,
 ) -> list[Trace]:
-    """Sample the traces in chunks of problems, appending each chunk to the JSONL file `path` (`traces.jsonl`).
+    """Sample `n_traces` completions per problem through the sample store and turn each into a `Trace` (confidence:
+    FRS tail confidence of the rollout's raw (T = 1) log-probs; correctness: `is_correct` against the `answer`
+    column).
 
-    Each chunk (`batch_size // n_traces` problems, at least one) is one `engine_traces` call seeded with
-    `derive_seed(seed, chunk index)`, so a run interrupted and started again with the same settings reuses the
-    finished chunks and produces exactly the traces of an uninterrupted run (the same engine on the same machine);
-    a rerun with the same settings (e.g. with another judge) generates nothing. The first line of the file holds
-    `settings` plus `problems`, `tail_fraction` and the engine's `cache_key()` (a vLLM trace is never reused as a
-    transformers one); a file with other settings is replaced, and the lines of a chunk cut mid-write are dropped.
+    The rows (each problem's prompt, `engine.tokenizer`'s rendering, repeated `n_traces` times) go to `run_rollouts`
+    in shards of `batch_size // n_traces` problems (at least one), shard c sampled by one `engine.generate` call
+    seeded with `derive_seed(seed, c)`, into `cache_dir`: a run interrupted and started again with the same settings
+    reuses the finished shards and produces exactly the traces of an uninterrupted run (the same engine on the same
+    machine), and a rerun (e.g. with another judge) samples nothing. The store is keyed by the engine's
+    `cache_key()` (a vLLM trace is never reused as a transformers one), the rows, `params` and the seeds.
 
     Args:
-        path: the JSONL file (its folder must exist).
-        settings: what makes two runs the same (JSON values: model, data slice, sampling settings, seed, ...).
         engine: the rollout engine (`procrl.generation.make_engine`).
         rows: problems in procrl's data schema (`prompt`, `answer`; `problem_id` and `question` used when present).
         n_traces: completions per problem.
         params: the sampling settings (`max_new_tokens`, temperature, top-p, top-k).
-        batch_size: completions per chunk (and per `generate` call of the transformers engine).
+        batch_size: completions per `generate` call (rounded down to whole problems).
         tail_fraction: FRS tail share (0.1).
-        seed: base seed of the chunks.
-        progress: show one progress bar over all traces.
+        seed: base seed of the shards.
+        cache_dir: the sample store's folder.
+        progress: show the progress bar.
 
     Returns:
         `len(rows) * n_traces` traces, problem by problem, traces of one problem in sampling order.
@@ -197,41 +170,17 @@ def generate_traces_resumable(
     """
     if n_traces < 1 or batch_size < 1:
         raise ValueError(f"n_traces and batch_size must be >= 1, got {n_traces} and {batch_size}")
-    path = Path(path)
-    settings = {**settings, "problems": len(rows), "tail_fraction": tail_fraction, "engine": engine.cache_key()}
-    per_chunk = max(1, batch_size // n_traces)  # problems per chunk
-    traces: list[Trace] = []
-    if path.is_file():
-        lines = path.read_text().splitlines()
-        if lines and json.loads(lines[0]).get("settings") == json_safe(settings):
-            traces = [Trace.from_dict(json.loads(line)) for line in lines[1:]]
-            logger.info("reusing %d traces from %s", len(traces), path)
-    if not traces:
-        path.write_text(json.dumps({"settings": json_safe(settings)}) + "\n")
-    done = len(rows) if len(traces) == len(rows) * n_traces else len(traces) // n_traces // per_chunk * per_chunk
-    if len(traces) != done * n_traces:  # a chunk cut mid-write: drop its lines from the file too
-        traces = traces[: done * n_traces]
-        lines = [json.dumps({"settings": json_safe(settings)})] + [json.dumps(json_safe(t.to_dict())) for t in traces]
-        path.write_text("\n".join(lines) + "\n")
-    bar = tqdm(total=len(rows) * n_traces, initial=len(traces), desc="FRS generate", unit="trace", disable=not progress)
-    for chunk, lo in enumerate(range(0, len(rows), per_chunk)):
-        if lo < done:
-            continue
-        new = engine_traces(
-            engine,
-            rows[lo : lo + per_chunk],
-            n_traces=n_traces,
-            params=params,
-            seed=derive_seed(seed, chunk),
-            tail_fraction=tail_fraction,
-            first_row_index=lo,
-        )
-        with path.open("a") as handle:
-            handle.writelines(json.dumps(json_safe(t.to_dict())) + "\n" for t in new)
-        traces.extend(new)
-        bar.update(len(new))
-    bar.close()
-    return traces
+    prompt_ids = render_prompts(engine.tokenizer, [row["prompt"] for row in rows], chat_template_kwargs)
+    requests = [RolloutRequest(str(i), ids, n_traces) for i, ids in enumerate(prompt_ids)]
+    results = run_rollouts(
+        engine, requests, params, seed=seed, cache_dir=cache_dir, shard_size=max(1, batch_size // n_traces) * n_traces,
+        desc="FRS generate", shard_seed=lambda c: derive_seed(seed, c), progress=progress,
+    )  # fmt: skip
+    return [
+        _trace(i, row, r.text, r.logprobs, len(r.token_ids), tail_fraction)
+        for i, row in enumerate(rows)
+        for r in results[str(i)]
+    ]
 
 
 def select_traces(
@@ -241,8 +190,9 @@ def select_traces(
 
     Each candidate of the run (problem-major, in sampling order) becomes a `Trace`: its text and token count from
     its problems.jsonl (`procrl.evals.selection.read_select_run`), its tail confidence from the sampler's raw (T = 1)
-    log-probs in the run's samples file (`samples.jsonl` beside them, the same log-probs `engine_traces` uses) and
-    its correctness from `is_correct` against `rows`' `answer` (the check `procrl select` makes).
+    log-probs in the shard files the run lists (`samples.files`, in the run's sample store `cache/`:
+    `procrl.evals.selection.store_dir`; the same log-probs `sample_traces` uses) and its correctness from
+    `is_correct` against `rows`' `answer` (the check `procrl select` makes).
 
     Args:
         report_path: the select run's directory (`procrl select --output-dir`).
@@ -254,12 +204,13 @@ def select_traces(
         `len(rows) * n` traces, problem by problem.
 
     Raises:
-        ValueError: the directory holds no select run, its samples file is missing or holds another number of samples,
-            or the report's problems do not match `rows` (count or `problem_id`).
+        ValueError: the directory holds no select run, a shard file it lists is missing or unreadable, they hold
+            another number of samples, or the run's problems do not match `rows` (count or `problem_id`).
     """
     report_path = Path(report_path)
     try:
-        problems = read_select_run(report_path)["problems"]
+        report = read_select_run(report_path)
+        problems = report["problems"]
         candidates = [c for p in problems for c in p["candidates"]]
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"--traces-from {err}") from None
@@ -275,19 +226,18 @@ def select_traces(
                 f"--traces-from {report_path}: problem {i} is {problem.get('problem_id')!r}, the data slice's is "
                 f"{wanted!r}; give the report's dataset, start and end"
             )
-    samples_path, _ = cache_paths(report_path)
+    store = store_dir(report_path)
     try:
-        lines = samples_path.read_text().splitlines()[1:]
-        logps = [json.loads(line)["logps"] for line in lines]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+        logps = [r.logprobs for name in report["samples"]["files"] for r in read_shard_file(store / name)]
+    except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
-            f"--traces-from {report_path}: its samples file {samples_path} is missing or unreadable ({err}); "
-            "rerun procrl select to write it"
+            f"--traces-from {report_path}: its samples in {store} are missing or unreadable ({err}); rerun procrl "
+            "select to write them"
         ) from None
     if len(logps) != len(candidates):
         raise ValueError(
-            f"--traces-from {report_path}: {samples_path} holds {len(logps)} samples, the report {len(candidates)} "
-            "candidates; rerun procrl select"
+            f"--traces-from {report_path}: its shard files in {store} hold {len(logps)} samples, the report "
+            f"{len(candidates)} candidates; rerun procrl select"
         )
     traces, k = [], 0
     for i, (problem, row) in enumerate(zip(problems, rows, strict=True)):

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from procrl.generation.stopping import completion_lengths
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -150,11 +151,3 @@ def generate_completions(
         logprobs=[tempered[i, : lengths[i]].tolist() for i in range(len(lengths))],
         completion_logps=[raw[i, : lengths[i]].tolist() for i in range(len(lengths))],
     )
-
-
-def completion_lengths(sequences: torch.Tensor, eos_ids: Sequence[int]) -> list[int]:
-    """Length of each row of `(B, T)` generated ids up to and including the first EOS (T when none)."""
-    is_eos = torch.isin(sequences, torch.tensor(list(eos_ids), dtype=sequences.dtype))
-    has_eos = is_eos.any(dim=1)
-    first = is_eos.int().argmax(dim=1)
-    return torch.where(has_eos, first + 1, torch.full_like(first, sequences.shape[1])).tolist()

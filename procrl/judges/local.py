@@ -13,8 +13,7 @@ import torch
 from pydantic import BaseModel
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LogitsProcessorList
 
-from procrl.generation import eos_token_ids, render_prompts
-from procrl.generation.hf import completion_lengths, left_pad
+from procrl.generation import completion_lengths, eos_token_ids, left_pad, render_prompts
 from procrl.judges.base import Judge, JudgeResult, _schema_fingerprint, reply_result
 from procrl.judges.choices import TokenAlternatives
 from procrl.judges.constrained import JSON_OPTIONS, JSONSchemaLogitsProcessor, llg_tokenizer, token_alternatives

@@ -20,8 +20,9 @@ logits, judges the traces FRS needs (`procrl.evals.frs.plan_judging`) and writes
   (FRS@K of `--frs-k-percent`), `frs/at_k/<K>`, `frs/accuracy`, `frs/selection_gain`, `frs/rs_auc`, `frs/judged`,
   `frs/unscored`, ... (`FRSReport.metrics`) and the intervals `frs/ci/<name>/low|high`; `files`: the files below.
   Also to wandb with `--report-to wandb`;
-- `traces.jsonl`: the sampled traces, written chunk by chunk; an interrupted run started again with the same
-  settings resumes from it, and a rerun (e.g. with another judge) generates nothing;
+- `cache/`: procrl's sample store (content-addressed rollout shards, `procrl.data_builders.rollouts`); an
+  interrupted run started again with the same settings resumes from it, and a rerun (e.g. with another judge)
+  generates nothing;
 - `judged_traces.jsonl`: every trace (text, confidence, correctness, `scores` and `rs`; with a judge that returns
   log-probs also `expected_scores` and `rs_expected`);
 - `frs.png`: the FRS@K curve (with the accuracy of the kept traces; the intervals as bands) and histograms of the
@@ -45,12 +46,12 @@ What the report holds besides FRS@K (`procrl.evals.frs.FRSReport`):
 - `rs_auc` / `rs_expected_auc`: the AUC of RS for correct vs incorrect final answers over the scored traces
   (Mann-Whitney, ties 1/2; None when a class is empty). `--frs-judge-sees-correctness false` drops the line
   `{"final_correct": ...}` from the judge's prompt (its judge cache entries differ, the traces need not): run
-  both on the same traces (copy `traces.jsonl` into the second output dir) to see whether RS carries more than
-  the flag it is given;
+  both on the same traces (copy the sample store `cache/` into the second output dir) to see whether RS carries
+  more than the flag it is given;
 - unscored judgements by reason (`unscored`).
 
     procrl frs --model default --end 50 --judge local --output-dir out/frs            # the judge sees the flag
-    mkdir -p out/frs_noflag && cp out/frs/traces.jsonl out/frs_noflag/
+    mkdir -p out/frs_noflag && cp -r out/frs/cache out/frs_noflag/
     procrl frs --model default --end 50 --judge local --output-dir out/frs_noflag --frs-judge-sees-correctness false
 
 Compare (`procrl frs compare RUN_DIR... --output-dir D`; issue 17). Reads the run.json of each `procrl frs` run

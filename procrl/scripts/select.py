@@ -27,9 +27,10 @@ candidate holds `score_<column>` for every column of the score passes run (any P
 three). The table also shows pass@N (some sample is correct: the ceiling of any selector) and the mean accuracy of
 one sample; `--greedy` adds one greedy decode per problem (temperature 0, same prompt and `--max-new-tokens`; a
 `greedy` entry `{text, extracted, correct}` per problem and a `greedy` row). The samples (token ids and log-probs)
-are kept in `<output-dir>/samples.jsonl`: a rerun with the same model, data slice and sampling settings (e.g. with
-another scorer, or once a PUM is trained) reads them instead of sampling; the greedy decodes likewise in
-`<output-dir>/greedy.jsonl` (reused across `--n`, `--temperature`, `--top-p` and `--seed`).
+go through procrl's sample store, `cache/` in `--output-dir` (content-addressed rollout shards; the result's
+`samples.files` lists the ones it read): a rerun with the same model, engine, prompts and sampling settings (e.g.
+with another scorer, or once a PUM is trained) reads them instead of sampling, and a killed run resumes from its
+finished shards; the greedy decodes likewise (reused across `--n`, `--temperature`, `--top-p` and `--seed`).
 
 `--ks 1,2,4,8` (each k <= n): the expected accuracy of random, majority vote (self-consistency), longest, every
 `score_<column>`'s argmax, greedy (with `--greedy`) and pass@k (the ceiling) when each picks from k of the n

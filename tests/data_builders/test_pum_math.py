@@ -428,7 +428,7 @@ def test_real_engine_on_a_tiny_model(tmp_path, tiny_model_dir):
         dataset="gsm8k", start=0, end=2, output_dir=str(tmp_path / "out"), trajectory_source="both",
         policy_model=tiny_model_dir, n_trajectories=2, max_trajectory_tokens=12,
         students=[tiny_model_dir], student_templates=["chat"], student_max_new_tokens=[6],
-        n_rollouts=8, n_rollouts_bare=2, engine="transformers", batch_size=16, shard_size=32,
+        n_rollouts=8, n_rollouts_bare=2, generation_backend="transformers", batch_size=16, shard_size=32,
     )  # fmt: skip
     dataset, stats = pm.build_pum_math(config)
     n_traj = sum(stats["trajectories"].values())

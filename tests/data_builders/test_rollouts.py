@@ -20,7 +20,9 @@ import pytest
 import torch
 from subprocesses import wait_for_output  # tests/helpers
 
+from procrl.data_builders.rollout_shards import read_shard_file
 from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
+from procrl.generation import derive_seed
 from procrl.generation.engines import (
     Rollout,
     RolloutEngine,
@@ -242,7 +244,7 @@ def _hide_vllm(monkeypatch, *, broken: bool) -> None:
 @pytest.mark.parametrize("broken", [False, True])
 def test_make_engine_falls_back_to_transformers(tmp_path, tiny_llama, smollm2_tokenizer, monkeypatch, broken):
     """With vLLM hidden (not installed, or installed but not importable) "auto" builds the transformers engine, and
-    engine="vllm" raises an ImportError that says how to install vLLM or fall back."""
+    generation_backend="vllm" raises an ImportError that says how to install vLLM or fall back."""
     tiny_llama.save_pretrained(tmp_path)
     smollm2_tokenizer.save_pretrained(tmp_path)
     _hide_vllm(monkeypatch, broken=broken)
@@ -252,9 +254,9 @@ def test_make_engine_falls_back_to_transformers(tmp_path, tiny_llama, smollm2_to
     with pytest.raises(
         ImportError, match=r"vLLM cannot be imported .*`make install`.*`generation_backend: transformers`"
     ):
-        make_engine(str(tmp_path), engine="vllm")
-    with pytest.raises(ValueError, match="engine must be"):
-        make_engine(str(tmp_path), engine="tgi")
+        make_engine(str(tmp_path), generation_backend="vllm")
+    with pytest.raises(ValueError, match="generation_backend must be"):
+        make_engine(str(tmp_path), generation_backend="tgi")
 
 
 def test_weights_fingerprint_of_in_memory_models_is_exact(tiny_llama_factory):
@@ -333,7 +335,9 @@ def test_run_rollouts_orders_by_key_and_shards_get_distinct_seeds(tmp_path):
     seeds = [r.token_ids[1] for r in out["a"] + out["c"]]
     assert seeds[0] == seeds[1] != seeds[2] == seeds[3] != seeds[4] == seeds[5] != seeds[6]
     assert (stats.rows, stats.shards, stats.generated_rows, stats.cached_rows) == (7, 4, 7, 0)
-    assert len(list(tmp_path.glob("rollouts-*.jsonl"))) == 4
+    assert sorted(stats.files) == sorted(str(p) for p in tmp_path.glob("rollouts-*.jsonl")) and len(stats.files) == 4
+    # the files in row order hold the rows: read back by name, as a report's list is
+    assert [r.token_ids for f in stats.files for r in read_shard_file(f)] == [r.token_ids for r in out["a"] + out["c"]]
     with pytest.raises(ValueError, match="unique"):
         run_rollouts(Echo(), requests + requests[:1], GREEDY, seed=0, cache_dir=tmp_path)
 
@@ -647,21 +651,42 @@ def test_run_rollouts_counts_problems_in_a_second_bar(tmp_path, capsys):
     assert "student 0: problems" in err and "2/2" in err and "7/7" in err
     with pytest.raises(ValueError, match="one group per request"):
         run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, groups=["p1"])
+    run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path / "quiet", shard_size=2,
+                 groups=["p1", "p2", "p1"], desc="student 1", progress=False)  # fmt: skip
+    assert "student 1" not in capsys.readouterr().err  # progress=False: no bar
 
 
-def test_moved_engine_names_keep_working_from_the_old_path():
-    """The engines moved to procrl.generation.engines; procrl.data_builders.rollouts re-exports them for one release,
-    with a DeprecationWarning that names the new path, and the runner's own names import without one."""
-    import warnings
+def test_caller_chosen_shard_seeds_join_the_key(tmp_path):
+    """`shard_seed(i)` seeds shard i (as the offline commands seed their generate calls) and is part of its hash: the
+    same rows under other seeds are other shards, the same seeds read the stored ones."""
+    requests = [RolloutRequest("a", [10], 3), RolloutRequest("b", [11], 2)]
+    stats = RolloutStats()
+    out = run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, shard_size=2, stats=stats,
+                       shard_seed=lambda i: derive_seed(0, "select", i))  # fmt: skip
+    expected = [derive_seed(0, "select", i) % 1000 for i in (0, 0, 1, 1, 2)]  # rows a a | a b | b
+    assert [r.token_ids[1] for r in out["a"] + out["b"]] == expected
+    default = run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, shard_size=2, stats=stats)
+    assert stats.generated_rows == 5 and [r.token_ids for r in default["a"]] != [r.token_ids for r in out["a"]]
+    other = run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, shard_size=2, stats=stats,
+                         shard_seed=lambda i: derive_seed(1, "select", i))  # fmt: skip
+    assert stats.generated_rows == 5 and len(list(tmp_path.glob("rollouts-*.jsonl"))) == 9
+    assert [r.token_ids[1] for r in other["a"]] == [derive_seed(1, "select", i) % 1000 for i in (0, 0, 1)]
+    again = run_rollouts(Echo(), requests, GREEDY, seed=0, cache_dir=tmp_path, shard_size=2, stats=stats,
+                         shard_seed=lambda i: derive_seed(0, "select", i))  # fmt: skip
+    assert stats.generated_rows == 0 and _as_ids(again) == _as_ids(out)
 
-    from procrl.data_builders import rollouts as old
-    from procrl.generation import engines
 
-    for name in ("TransformersEngine", "VLLMEngine", "make_engine", "weights_fingerprint", "cut_completion"):
-        with pytest.warns(DeprecationWarning, match=f"moved to procrl.generation.engines.{name}"):
-            assert getattr(old, name) is getattr(engines, name)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert old.SamplingParams is SamplingParams and old.Rollout is Rollout and old.RolloutEngine is RolloutEngine
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        old.nope  # noqa: B018
+def test_read_shard_file_refuses_a_missing_renamed_or_cut_file(tmp_path):
+    stats = RolloutStats()
+    run_rollouts(Echo(), [RolloutRequest("a", [10], 3)], GREEDY, seed=0, cache_dir=tmp_path, stats=stats)
+    (path,) = map(Path, stats.files)
+    assert [r.token_ids[0] for r in read_shard_file(path)] == [10, 10, 10]
+    with pytest.raises(ValueError, match="missing or unreadable"):
+        read_shard_file(tmp_path / "rollouts-0.jsonl")
+    renamed = path.with_name("rollouts-" + "0" * 32 + ".jsonl")
+    renamed.write_text(path.read_text())
+    with pytest.raises(ValueError, match="does not hold the shard"):
+        read_shard_file(renamed)
+    path.write_text("\n".join(path.read_text().splitlines()[:2]) + "\n")  # the header and one of three rows
+    with pytest.raises(ValueError, match="does not hold the shard"):
+        read_shard_file(path)

@@ -22,7 +22,7 @@ ARGS = [
     "--dataset", "gsm8k", "--start", "0", "--end", "2", "--trajectory_source", "reference",
     "--students", "default", "--student_templates", "chat", "--student_max_new_tokens", "8",
     "--n_rollouts", "2", "--n_rollouts_bare", "2", "--cut_fractions", "0.5", "--max_step_cuts", "2",
-    "--shard_size", "2", "--seed", "3", "--kappa", "0", "--engine", "vllm", "--vllm_kv_cache_gib", "0.5",
+    "--shard_size", "2", "--seed", "3", "--kappa", "0", "--generation_backend", "vllm", "--vllm_kv_cache_gib", "0.5",
 ]  # fmt: skip
 
 

@@ -188,7 +188,7 @@ def fake_run(monkeypatch, tmp_path, resamples: int):
     """`run_frs` with the sampler replaced by the six TRACES (nothing judged again: judge none keeps their scores)."""
     setup = types.SimpleNamespace(dataset=[0, 1, 2], engine=types.SimpleNamespace(cache_key=lambda: "fake"))
     monkeypatch.setattr(frs_offline, "load_setup", lambda args: setup)
-    monkeypatch.setattr(frs_offline, "generate_traces_resumable", lambda *a, **kw: [Trace(**asdict(t)) for t in TRACES])
+    monkeypatch.setattr(frs_offline, "sample_traces", lambda *a, **kw: [Trace(**asdict(t)) for t in TRACES])
     args = frs_offline.OfflineFRSConfig(
         bootstrap_resamples=resamples, output_dir=str(tmp_path / "frs"), no_progress=True,
         generation_backend="transformers",

@@ -1,17 +1,21 @@
-"""`procrl frs --traces-from`: a `procrl select` report's samples become the FRS traces (no model is loaded)."""
+"""`procrl frs --traces-from`: a `procrl select` report's samples become the FRS traces (no model is loaded): the
+log-probs are read back from the shard files the report lists in its sample store."""
 
 from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
 from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
 from procrl.evals.frs import FRSArguments
 from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
 from procrl.evals.frs.sampling import select_traces
 from procrl.evals.frs.traces import read_traces
+from procrl.generation import Rollout, RolloutEngine, SamplingParams
 from procrl.judges import JudgeArguments
 
 SETTINGS = {"model": "some-policy", "dataset": "svamp", "split": None, "start": 0, "end": 2,
@@ -25,6 +29,16 @@ LOGPS = [
     [0.0] * 20,  # -> 1.0
 ]
 CONFIDENCE = [0.4, 0.8, 0.595, 1.0]
+
+
+class ScriptedSampler(RolloutEngine):
+    """Row k (prompt [k]) gets 20 tokens with log-probs LOGPS[k]."""
+
+    model_id = "vllm:test-engine"
+    tokenizer = None
+
+    def generate(self, prompt_ids, params, *, seed):
+        return [Rollout([1] * 20, "", LOGPS[row[0]], "length") for row in prompt_ids]
 
 
 def _rows():
@@ -42,13 +56,20 @@ def _write_report(tmp_path, *, problem_ids=None, n_samples=4):
         {"problem_id": pid, "answer": row["answer"], "candidates": [{"text": t, "num_tokens": 20} for t in group]}
         for pid, row, group in zip(ids, rows, texts, strict=True)
     ]
-    path = tmp_path / "sel"  # a select run's directory: run.json, problems.jsonl, samples.jsonl
+    path = tmp_path / "sel"  # a select run's directory: run.json, problems.jsonl, cache/
     path.mkdir()
-    record = {"command": "select", "status": "finished", "result": {"command": "select", "settings": SETTINGS}}
+    stats = RolloutStats()  # the samples in the run's sample store, one row per shard
+    requests = [RolloutRequest(str(k), [k], 1) for k in range(n_samples)]
+    params = SamplingParams(max_new_tokens=20)
+    run_rollouts(ScriptedSampler(), requests, params, seed=3, cache_dir=path / "cache", shard_size=1, stats=stats)
+    samples = {"engine": "vllm:test-engine", "files": [Path(f).name for f in stats.files]}
+    record = {
+        "command": "select",
+        "status": "finished",
+        "result": {"command": "select", "settings": SETTINGS, "samples": samples},
+    }
     (path / "run.json").write_text(json.dumps(record))
     (path / "problems.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
-    lines = [{"settings": {"engine": "vllm:test-engine"}}] + [{"ids": [1] * 20, "logps": lp} for lp in LOGPS]
-    (path / "samples.jsonl").write_text("\n".join(json.dumps(x) for x in lines[: 1 + n_samples]) + "\n")
     return path, rows
 
 
@@ -83,12 +104,12 @@ def test_frs_traces_from_uses_the_reports_settings_and_loads_no_model(tmp_path, 
     traces = read_traces(tmp_path / "frs" / files["judged_traces"])
     assert [t.confidence for t in traces] == pytest.approx(CONFIDENCE, abs=1e-12)
     assert result["report"]["accuracy"] == pytest.approx(0.5) and result["report"]["n_traces"] == 4
-    assert not (tmp_path / "frs" / "traces.jsonl").exists() and "traces" not in files  # nothing sampled
+    assert not (tmp_path / "frs" / "cache").exists() and "traces" not in files  # nothing sampled
 
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"n_samples": 3}, "holds 3 samples"), ({"problem_ids": ["x", "y"]}, "problem 0 is 'x'")],
+    [({"n_samples": 3}, "hold 3 samples"), ({"problem_ids": ["x", "y"]}, "problem 0 is 'x'")],
 )
 def test_select_traces_refuse_a_report_that_does_not_match(tmp_path, kwargs, message):
     path, rows = _write_report(tmp_path, **kwargs)
@@ -96,12 +117,12 @@ def test_select_traces_refuse_a_report_that_does_not_match(tmp_path, kwargs, mes
         select_traces(path, rows)
 
 
-def test_select_traces_refuse_a_missing_samples_file_and_another_slice(tmp_path):
+def test_select_traces_refuse_a_missing_shard_file_and_another_slice(tmp_path):
     path, rows = _write_report(tmp_path)
     with pytest.raises(ValueError, match="data slice has 1"):
         select_traces(path, rows[:1])
-    (path / "samples.jsonl").unlink()
-    with pytest.raises(ValueError, match="samples file .* is missing"):
+    next((path / "cache").glob("rollouts-*.jsonl")).unlink()
+    with pytest.raises(ValueError, match="samples in .*cache are missing or unreadable"):
         select_traces(path, rows)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "run.json").write_text('{"command": "frs", "status": "finished"}')

@@ -1,6 +1,7 @@
-"""The offline commands' settings share one base (`OfflineSamplingConfig`): `procrl select` / `procrl beam` add the
-PUM (`OfflineConfig`), `procrl frs` (`OfflineFRSConfig`) overrides defaults and help texts and adds its own sampling
-and output settings (its FRS and judge settings are `FRSArguments` and `JudgeArguments`, parsed beside it)."""
+"""The offline commands' settings share one base (`OfflineSamplingConfig`, which starts with the engine fields of
+`procrl.generation.EngineArguments`): `procrl select` / `procrl beam` add the PUM (`OfflineConfig`), `procrl frs`
+(`OfflineFRSConfig`) overrides defaults and help texts and adds its own sampling and output settings (its FRS and
+judge settings are `FRSArguments` and `JudgeArguments`, parsed beside it)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from procrl.evals.beam_search import BeamConfig
 from procrl.evals.frs.offline import OfflineFRSConfig
 from procrl.evals.offline import OfflineConfig, OfflineSamplingConfig
 from procrl.evals.selection import SelectConfig
+from procrl.generation import EngineArguments
 
-SHARED = ["model", "dataset", "split", "start", "end", "prompt_template", "temperature", "top_p", "max_new_tokens",
-          "batch_size", "seed", "device", "generation_backend", "vllm_kv_cache_gib", "no_progress"]  # fmt: skip
+SHARED = ["generation_backend", "vllm_kv_cache_gib", "vllm_dtype", "model", "dataset", "split", "start", "end",
+          "prompt_template", "temperature", "top_p", "max_new_tokens", "batch_size", "seed", "device",
+          "no_progress"]  # fmt: skip
 
 FRS_DEFAULTS = {
+    "generation_backend": "auto", "vllm_kv_cache_gib": 1.0, "vllm_dtype": "auto",
     "model": "default", "dataset": "gsm8k", "split": None, "start": 0, "end": 50, "prompt_template": "one_shot",
     "temperature": 0.7, "top_p": 1.0, "max_new_tokens": 256, "batch_size": 32, "seed": 0, "device": None,
-    "generation_backend": "auto", "vllm_kv_cache_gib": None, "no_progress": False, "top_k": 0,
+    "no_progress": False, "top_k": 0,
     "bootstrap_resamples": 1000, "traces_from": None, "output_dir": "outputs/frs",
 }  # fmt: skip
 
@@ -62,7 +66,11 @@ def test_generation_backend_is_validated_with_a_fix(cls):
     extra = {"scorer": "random"} if cls is SelectConfig else {}
     for backend in ("auto", "vllm", "transformers"):
         assert cls(generation_backend=backend, **extra).generation_backend == backend
-    with pytest.raises(ValueError, match=r"--generation-backend must be one of auto, transformers, vllm, got 'tgi'"):
+    with pytest.raises(ValueError, match=r"generation_backend='tgi' is not one of auto, vllm, transformers; use auto"):
         cls(generation_backend="tgi", **extra)
-    with pytest.raises(ValueError, match=r"--vllm-kv-cache-gib must be > 0 GiB"):
+    with pytest.raises(ValueError, match=r"vllm_kv_cache_gib=0 must be > 0 \(GiB\)"):
         cls(vllm_kv_cache_gib=0, **extra)
+    with pytest.raises(ValueError, match=r"vllm_dtype='fp8' is not one of auto, float32, bfloat16, float16"):
+        cls(vllm_dtype="fp8", **extra)
+    engine_help = {f.name: f.metadata["help"] for f in dataclasses.fields(EngineArguments)}
+    assert {f.name: f.metadata["help"] for f in dataclasses.fields(cls) if f.name in engine_help} == engine_help

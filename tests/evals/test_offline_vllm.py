@@ -1,17 +1,18 @@
 """`procrl select`, `procrl beam` and `procrl frs` end to end on the real vLLM engine (the CPU build here; the
 embedded SmolLM2-135M-Instruct, float32), 2 problems and a few tokens each. One engine serves the whole module:
-`make_engine` of `procrl.evals.offline` hands it out for generation_backend=vllm (the rest of each command runs
+`procrl.generation.engines.make_engine` hands it out for generation_backend=vllm (the rest of each command runs
 as it is). The samples' log-probs are checked against an independent teacher-forced transformers forward pass."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import procrl.generation.engines as engines
+from procrl.data_builders.rollout_shards import read_shard_file
 from procrl.evals import offline
 from procrl.evals.beam_search import BeamConfig, run_beam
 from procrl.evals.frs import FRSArguments
@@ -39,18 +40,19 @@ def vllm_engine():
 
 @pytest.fixture()
 def shared_engine(vllm_engine, monkeypatch):
-    """`make_engine(..., engine="vllm")` returns the module's engine (same model and dtype as asked); the
+    """`make_engine(..., generation_backend="vllm")` returns the module's engine (same model and dtype as asked); the
     transformers engine is built as usual. Counts the vLLM generate calls."""
-    real = offline.make_engine
+    real = engines.make_engine
     calls = []
 
-    def make_engine(path, *, engine, **kwargs):
-        if engine != "vllm":
-            return real(path, engine=engine, **kwargs)
+    def make_engine(path, *, generation_backend, **kwargs):
+        if generation_backend != "vllm":
+            return real(path, generation_backend=generation_backend, **kwargs)
         assert str(path) == str(resolve_model("default")) and kwargs["dtype"] == "float32"
+        assert kwargs["vllm_dtype"] == "auto" and kwargs["kv_cache_gib"] == 0.5
         return vllm_engine
 
-    monkeypatch.setattr(offline, "make_engine", make_engine)
+    monkeypatch.setattr(engines, "make_engine", make_engine)
     original = vllm_engine.generate
     monkeypatch.setattr(vllm_engine, "generate", lambda *a, **k: calls.append(1) or original(*a, **k))
     return calls
@@ -79,25 +81,22 @@ def test_select_on_vllm_keys_its_samples_on_the_engine(tmp_path, shared_engine, 
     report = run_select(config)
     assert shared_engine == [1] and report["settings"]["generation_backend"] == "vllm"
     assert set(report["results"]) == {"picsar", "majority", "random", "pass@2 (oracle)"}
-    lines = (tmp_path / "samples.jsonl").read_text().splitlines()
-    key = json.loads(lines[0])["settings"]
-    assert key["engine"].startswith("vllm:") and len(lines) == 1 + 4
-    samples = [json.loads(line) for line in lines[1:]]
-    assert all(1 <= len(s["ids"]) <= 8 for s in samples)
+    assert report["samples"]["engine"].startswith("vllm:") and len(report["samples"]["files"]) == 1  # 4 rows, batch 4
+    samples = [r for name in report["samples"]["files"] for r in read_shard_file(tmp_path / "cache" / name)]
+    assert len(samples) == 4 and all(1 <= len(r.token_ids) <= 8 for r in samples)
     tok = AutoTokenizer.from_pretrained(resolve_model("default"))
     prompts = render_prompts(tok, [p["prompt"] for p in _svamp_rows()])
-    ids, logps = [s["ids"] for s in samples], [s["logps"] for s in samples]
+    ids, logps = [r.token_ids for r in samples], [r.logprobs for r in samples]
     _assert_raw_logprobs(hf_policy, [p for p in prompts for _ in range(2)], ids, logps)
     texts = [c["text"] for p in report["problems"] for c in p["candidates"]]
     assert texts == tok.batch_decode(ids, skip_special_tokens=True)
 
-    # the same settings read the samples file; the transformers engine never reuses a vLLM sample
+    # the same settings read the sample store; the transformers engine never reuses a vLLM sample
     assert run_select(config)["samples"]["from_cache"] is True and shared_engine == [1]
     again = run_select(replace(config, generation_backend="transformers", device="cpu"))
     assert again["samples"]["from_cache"] is False and shared_engine == [1]
-    assert json.loads((tmp_path / "samples.jsonl").read_text().splitlines()[0])["settings"]["engine"].startswith(
-        "transformers:"
-    )
+    assert again["samples"]["engine"].startswith("transformers:")
+    assert set(again["samples"]["files"]).isdisjoint(report["samples"]["files"])
 
 
 def _svamp_rows():
@@ -106,19 +105,18 @@ def _svamp_rows():
     return list(load_math_dataset("svamp", start=0, end=2, prompt_template=resolve_template("one_shot")))
 
 
-def test_frs_on_vllm_resumes_from_its_traces(tmp_path, shared_engine):
+def test_frs_on_vllm_resumes_from_its_sample_store(tmp_path, shared_engine):
     out = tmp_path / "frs"
     args = OfflineFRSConfig(**SLICE, max_new_tokens=8, generation_backend="vllm", output_dir=str(out))
     frs, judge = FRSArguments(frs_traces=2), JudgeArguments(judge="none")
     result, files = run_frs(args, frs, judge)
     traces = read_traces(out / files["judged_traces"])
     assert len(traces) == 4 and result["settings"]["engine"].startswith("vllm:")
-    assert shared_engine == [1]  # batch 4 // n 2 = 2 problems per chunk: one call
+    assert shared_engine == [1]  # batch 4 // n 2 = 2 problems per shard: one call
     assert all(1 <= t.num_tokens <= 8 and 0.0 <= t.confidence <= 1.0 for t in traces)
-    header = json.loads((out / "traces.jsonl").read_text().splitlines()[0])["settings"]
-    assert header["engine"] == result["settings"]["engine"]
+    assert len(list((out / "cache").glob("rollouts-*.jsonl"))) == 1
     run_frs(args, frs, judge)
-    assert shared_engine == [1]  # everything read back from traces.jsonl
+    assert shared_engine == [1]  # everything read back from the sample store
     assert [t.completion for t in read_traces(out / files["judged_traces"])] == [t.completion for t in traces]
 
 

@@ -1,11 +1,9 @@
 """Best-of-N selection and PUM beam search (evals/selection.py, evals/selection_scorers.py,
 evals/beam_search.py): pure selection rules against hand examples, the validation of the commands' settings, the
 score passes (PiCSAR terms, PUM step aggregations) on tiny in-memory models against the scorers called directly, and
-the greedy decodes' cache with a counting fake engine. Both commands end to end:
+the greedy decodes and samples in the sample store with a counting fake engine. Both commands end to end:
 tests/scripts/test_select_beam_commands.py."""
 
-import hashlib
-import json
 import math
 
 import pytest
@@ -19,14 +17,14 @@ from procrl.evals.selection import (
     _greedy,
     _greedy_entries,
     _sample,
-    cache_paths,
     select_argmax,
     select_majority,
     select_random,
+    store_dir,
 )
 from procrl.evals.selection_scorers import Candidates, ScoringContext, load_evaluator, pass_of, score_candidates
 from procrl.evals.stats import MISSING
-from procrl.generation import Rollout
+from procrl.generation import Rollout, derive_seed
 from procrl.rewards.outcome import extract_answer
 from procrl.rewards.picsar import PiCSARScorer
 from procrl.rewards.pum import PrefixUtilityModel
@@ -192,7 +190,7 @@ def _setup(tokenizer, policy=None, engine=None, prompt_ids=None) -> Setup:
         {"prompt": f"Question: {q}\nAnswer:", "question": q, "problem_id": f"toy/{i}", "answer": a}
         for i, (q, a) in enumerate(zip(QUESTIONS, ["5", "3"], strict=True))
     ]
-    return Setup(rows, engine, tokenizer, [2], prompt_ids or [], "cpu", "model-key", "", _model=policy)
+    return Setup(rows, engine, tokenizer, [2], prompt_ids or [], "cpu", "", _model=policy)
 
 
 def _config(**kw) -> SelectConfig:
@@ -281,7 +279,7 @@ def test_pum_step_pass_aggregates_one_score_steps_pass(tokenizer, tiny_pum_facto
 
 
 # ----------------------------------------------------------------------------------------------------------
-# The greedy decodes and their cache (a counting fake engine)
+# The greedy decodes and the samples in the sample store (a counting fake engine)
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -304,15 +302,19 @@ class FakeEngine:
         return out
 
 
-def test_greedy_decodes_are_cached_apart_from_the_samples(tokenizer, tmp_path):
+def test_greedy_decodes_are_stored_apart_from_the_samples(tokenizer, tmp_path):
     engine = FakeEngine(tokenizer)
     s = _setup(tokenizer, engine=engine, prompt_ids=[[10, 5, 6], [11, 7]])
-    samples_path, greedy_path = cache_paths(tmp_path)
-    assert (samples_path, greedy_path) == (tmp_path / "samples.jsonl", tmp_path / "greedy.jsonl")
+    assert store_dir(tmp_path) == tmp_path / "cache"
     config = _config(scorer="random", n=2, batch_size=1, max_new_tokens=7, greedy=True, output_dir=str(tmp_path))
-    ids, from_cache = _greedy(config, s, greedy_path)
-    assert not from_cache and greedy_path.is_file() and not samples_path.exists()
-    assert [(n, p.temperature, p.max_new_tokens) for n, p, _ in engine.calls] == [(1, 0.0, 7), (1, 0.0, 7)]
+    ids, stats = _greedy(config, s)
+    assert stats.generated_rows == 2 and len(stats.files) == 2  # batch_size 1: one shard (one call) per problem
+    assert all(f.startswith(str(tmp_path / "cache" / "rollouts-")) for f in stats.files)
+    # one call per run of batch_size rows, seeded as before the store: derive_seed(0, "select-greedy", call)
+    assert [(n, p.temperature, p.max_new_tokens, seed) for n, p, seed in engine.calls] == [
+        (1, 0.0, 7, derive_seed(0, "select-greedy", 0)),
+        (1, 0.0, 7, derive_seed(0, "select-greedy", 1)),
+    ]
     entries = _greedy_entries(s, ids)
     assert entries == [
         {"text": "The answer is 5.", "extracted": "5", "correct": True},
@@ -320,24 +322,27 @@ def test_greedy_decodes_are_cached_apart_from_the_samples(tokenizer, tmp_path):
     ]
     engine.calls.clear()
     # another n, temperature, top-p or seed: the same greedy decodes, read back
-    again = _config(scorer="random", n=5, batch_size=1, max_new_tokens=7, temperature=0.9, top_p=0.8, seed=3)
-    assert _greedy(again, s, greedy_path) == (ids, True) and engine.calls == []
-    shorter = _config(scorer="random", n=2, batch_size=1, max_new_tokens=5)
-    assert _greedy(shorter, s, greedy_path)[1] is False and len(engine.calls) == 2  # another budget: decoded again
+    again = _config(scorer="random", n=5, batch_size=1, max_new_tokens=7, temperature=0.9, top_p=0.8, seed=3,
+                    output=out)  # fmt: skip
+    ids_again, stats = _greedy(again, s)
+    assert ids_again == ids and stats.generated_rows == 0 and engine.calls == []
+    shorter = _config(scorer="random", n=2, batch_size=1, max_new_tokens=5, output=out)
+    assert _greedy(shorter, s)[1].generated_rows == 2 and len(engine.calls) == 2  # another budget: decoded again
 
 
 def test_the_samples_key_ignores_greedy_and_the_picsar_evaluator(tokenizer, tmp_path):
     engine = FakeEngine(tokenizer)
     s = _setup(tokenizer, engine=engine, prompt_ids=[[10, 5, 6], [11, 7]])
-    samples_path = tmp_path / "sel.samples.jsonl"
-    plain = _config(scorer="picsar", n=2, max_new_tokens=7)
-    ids, logps, from_cache = _sample(plain, s, samples_path)
-    assert not from_cache and len(ids) == 4 and len(engine.calls) == 1 and engine.calls[0][1].temperature == 0.7
-    header = json.loads(samples_path.read_text().splitlines()[0])
-    expected = {k: getattr(plain, k) for k in ("model", "dataset", "split", "start", "end", "prompt_template", "n",
-                                               "temperature", "top_p", "max_new_tokens", "batch_size", "seed")}  # fmt: skip
-    prompts_sha = hashlib.sha256(json.dumps(s.prompt_ids).encode()).hexdigest()
-    assert header == {"settings": {**expected, "model_key": "model-key", "engine": "fake-engine", "device": "cpu",
-                                   "prompts_sha256": prompts_sha}}  # fmt: skip
-    extended = _config(scorer="picsar", n=2, max_new_tokens=7, greedy=True, picsar_evaluator="gemma3-270m")
-    assert _sample(extended, s, samples_path) == (ids, logps, True) and len(engine.calls) == 1
+    plain = _config(scorer="picsar", n=2, max_new_tokens=7, output=str(tmp_path / "sel.json"))
+    ids, logps, stats = _sample(plain, s)
+    assert stats.generated_rows == 4 and len(ids) == 4 and [len(lp) for lp in logps] == [len(i) for i in ids]
+    # batch_size 4: the 4 rows (problem-major) in one call, seeded derive_seed(seed, "select", 0)
+    assert [(n, p.temperature, seed) for n, p, seed in engine.calls] == [(4, 0.7, derive_seed(0, "select", 0))]
+    assert ids[:2] == [tokenizer("7", add_special_tokens=False)["input_ids"]] * 2
+    extended = _config(scorer="picsar", n=2, max_new_tokens=7, greedy=True, picsar_evaluator="gemma3-270m",
+                       output=str(tmp_path / "other.json"))  # fmt: skip
+    assert _sample(extended, s)[:2] == (ids, logps) and len(engine.calls) == 1  # same folder: the same store
+    elsewhere = _config(scorer="picsar", n=2, max_new_tokens=7, output=str(tmp_path / "sub" / "sel.json"))
+    assert _sample(elsewhere, s)[2].generated_rows == 4 and len(engine.calls) == 2  # another store: sampled
+    reseeded = _config(scorer="picsar", n=2, max_new_tokens=7, seed=1, output=str(tmp_path / "sel.json"))
+    assert _sample(reseeded, s)[2].generated_rows == 4 and engine.calls[-1][2] == derive_seed(1, "select", 0)

@@ -114,19 +114,23 @@ def test_interrupted_generation_resumes_with_the_same_traces(tmp_path, tiny_mode
             "8", "--judge", "none", "--output-dir", str(out), "--no-progress", "--generation-backend", "transformers"]  # fmt: skip
     assert main(argv) == 0
     full = [t["completion"] for t in judged_traces(out)]
-    # Chunks of batch 8 // n 4 = 2 problems: [0, 1], [2, 3]. Simulate a crash after the first chunk plus the lines of
-    # problem 2 (a chunk cut mid-write), with a marker in a finished trace to see that it is reused, not resampled.
-    lines = (out / "traces.jsonl").read_text().splitlines()
+    # Shards of batch 8 // n 4 = 2 problems in the sample store: [0, 1], [2, 3]. Simulate a crash in the second one
+    # (cut mid-write: its header and 3 of its 8 rows), with a marker in a finished trace to see that it is reused.
+    shards = {json.loads(p.read_text().splitlines()[0])["shard"]: p for p in (out / "cache").glob("rollouts-*.jsonl")}
+    assert sorted(shards) == [0, 1]
+    lines = shards[0].read_text().splitlines()
     first = json.loads(lines[1])
-    first["completion"] = "REUSED"
-    (out / "traces.jsonl").write_text("\n".join([lines[0], json.dumps(first), *lines[2:13]]) + "\n")
+    first["text"] = "REUSED"
+    shards[0].write_text("\n".join([lines[0], json.dumps(first), *lines[2:]]) + "\n")
+    shards[1].write_text("\n".join(shards[1].read_text().splitlines()[:4]) + "\n")
     assert main(argv) == 0
     resumed = [t["completion"] for t in judged_traces(out)]
-    assert resumed == ["REUSED", *full[1:]]  # the cut chunk sampled again, identical (seeded per chunk)
-    assert len((out / "traces.jsonl").read_text().splitlines()) == 1 + 16
-    # other settings: the file is replaced, nothing reused
+    assert resumed == ["REUSED", *full[1:]]  # the cut shard sampled again, identical (seeded per shard)
+    assert len(shards[1].read_text().splitlines()) == 1 + 8
+    # other settings: other shards, nothing reused
     assert main([*argv, "--temperature", "0.9"]) == 0
-    assert "REUSED" not in (out / "traces.jsonl").read_text()
+    assert "REUSED" not in [t["completion"] for t in json.loads((out / "frs.json").read_text())["traces"]]
+    assert len(list((out / "cache").glob("rollouts-*.jsonl"))) == 4
 
 
 def test_one_command_two_modes_and_help_for_both(capsys):
@@ -227,7 +231,7 @@ def test_frs_command_reports_expected_scores_and_drops_the_flag(tmp_path, tiny_m
     printed = capsys.readouterr().out
     assert "FRS@K from expected scores: 10: 68.8, 20: 68.8" in printed and "(0 scored traces without" in printed
     assert "final_correct hidden to the judge" in printed
-    # the same traces (read back from traces.jsonl), judged with the flag: the prompt holds it again
+    # the same traces (read back from the sample store), judged with the flag: the prompt holds it again
     judge.requests.clear()
     assert main(argv) == 0
     assert judge.requests and all('{"final_correct": false}' in m[-1]["content"] for m in judge.requests)

@@ -80,7 +80,11 @@ def test_select_end_to_end(tiny_dirs, capsys):
         assert set(problem["greedy"]) == {"text", "extracted", "correct"}
     greedy_correct = sum(p["greedy"]["correct"] is True for p in problems)
     assert (report["results"]["greedy"]["correct"], report["results"]["greedy"]["abstained"]) == (greedy_correct, 0)
-    assert report["samples"]["greedy_from_cache"] is False and (out / "greedy.jsonl").is_file()
+    samples = report["samples"]
+    assert samples["from_cache"] is False and samples["greedy_from_cache"] is False
+    assert samples["cache_dir"] == str(out / "cache") and samples["engine"].startswith("transformers:")
+    assert len(samples["files"]) == 1 and len(samples["greedy_files"]) == 1  # 6 samples, 2 greedy rows: batch 8
+    assert all((out / "cache" / f).is_file() for f in samples["files"] + samples["greedy_files"])
     printed = capsys.readouterr().out
     assert "pum" in printed and "majority" in printed and "greedy" in printed and "accuracy" in printed
     assert f"run: {out / 'run.json'}" in printed and f"problems: {out / 'problems.jsonl'}" in printed
@@ -92,7 +96,7 @@ def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dir
     argv = [*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "5", "--output-dir", str(out)]
     assert main_select([*argv, "--scorer", "majority,random", "--greedy"]) == 0
     first = read_run(out)[1]
-    assert (out / "samples.jsonl").is_file() and (out / "greedy.jsonl").is_file()
+    assert len(list((out / "cache").glob("rollouts-*.jsonl"))) == 2  # the samples, the greedy decodes
     real = TransformersEngine.generate
     calls = []
     monkeypatch.setattr(TransformersEngine, "generate", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -17,12 +17,12 @@ import procrl.generation.engines as engines
 import procrl.trainers.vllm_colocate as vllm_colocate
 import procrl.trainers.vllm_rollout as vllm_rollout
 from procrl.evals.accuracy import evaluate
-from procrl.generation import render_prompts
+from procrl.generation import draws_raw_distribution, render_prompts
 from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.rollout import needs_completion_logps
-from procrl.trainers.vllm_rollout import sampler_is_raw, trl_sampling_fields
+from procrl.trainers.vllm_rollout import trl_sampling_fields
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
@@ -150,7 +150,7 @@ def test_raw_sampler_detection():
         "max_tokens": 8,
         "logprobs": 0,
     }
-    assert sampler_is_raw(fields) and sampler_is_raw({**fields, "seed": 3, "stop_token_ids": [2]})
+    assert draws_raw_distribution(fields) and draws_raw_distribution({**fields, "seed": 3, "stop_token_ids": [2]})
     for change in (
         {"temperature": 0.7},
         {"top_p": 0.9},
@@ -161,7 +161,7 @@ def test_raw_sampler_detection():
         {"presence_penalty": 0.5},
         {"some_future_field": 1},  # unknown: counted as changing the distribution
     ):
-        assert not sampler_is_raw({**fields, **change}), change
+        assert not draws_raw_distribution({**fields, **change}), change
     trainer.args.generation_kwargs = {"temperature": 0.5, "min_tokens": 1}  # TRL: generation_kwargs win
     assert trl_sampling_fields(trainer)["temperature"] == 0.5
 

@@ -7,12 +7,12 @@ import torch
 from datasets import Dataset
 
 import procrl.trainers.search_env as search_env_mod
-from procrl.generation import GenerationOutput, render_prompts
+from procrl.generation import GenerationOutput, cut_completion, render_prompts, stop_criteria
 from procrl.retrieval import Passage
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.trace import parse_trace, question_from_prompt
 from procrl.trainers.rollout import ProcessRollout
-from procrl.trainers.search_env import SearchEnvironment, StopOnStrings
+from procrl.trainers.search_env import STOP_STRINGS, SearchEnvironment
 
 # --------------------------------------------------------------------------------------------------------------------
 # Parsing
@@ -65,19 +65,21 @@ def test_retrieved_override_and_question():
     )
     assert t.steps[0].retrieved == [Passage("P", "p")]
     assert question_from_prompt([{"role": "user", "content": "Rules <answer> x </answer>\nQuestion: Who?"}]) == "Who?"
-    with pytest.warns(DeprecationWarning, match="procrl.rewards.stepgap.trace.question_from_prompt"):
-        assert search_env_mod.question_from_prompt is question_from_prompt  # the old path, for one release
 
 
-def test_stop_on_strings(smollm2_tokenizer):
+def test_turns_stop_by_the_one_stop_rule(smollm2_tokenizer):
+    """The turns end where `procrl.generation.stopping` says: generation stops once the turn's text holds a tag, and
+    the turn is cut after the token that completes it (a tag in the prompt never counts)."""
     tok = smollm2_tokenizer
-    prompt = tok("a </search>", add_special_tokens=False)["input_ids"]  # a stop string in the prompt never counts
-    new = tok("<search> x </search>", add_special_tokens=False)["input_ids"]
+    prompt = tok("a </search>", add_special_tokens=False)["input_ids"]
+    new = tok("<search> x </search> JUNK", add_special_tokens=False)["input_ids"]
     other = tok("<search> x </sea", add_special_tokens=False)["input_ids"]
     width = len(prompt)
     rows = [prompt + new, prompt + other + [tok.pad_token_id] * (len(new) - len(other))]
-    crit = StopOnStrings(tok, ["</search>", "</answer>"], prompt_width=width)
+    crit = stop_criteria(tok, STOP_STRINGS, prompt_width=width)
     assert crit(torch.tensor(rows), None).tolist() == [True, False]
+    cut, reason = cut_completion(new, eos_ids=[tok.eos_token_id], stop=STOP_STRINGS, tokenizer=tok)
+    assert reason == "stop" and tok.decode(new[:cut]) == "<search> x </search>"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def test_trl_masks_environment_tokens(smollm2_tokenizer, tiny_llama, monkeypatch
 
 
 def test_real_generation_path(smollm2_tokenizer, tiny_llama):
-    # the real generate + StopOnStrings path on a tiny random model (it never writes tags): one turn, all model
+    # the real generate + stop_criteria path on a tiny random model (it never writes tags): one turn, all model
     # tokens, log-probs equal to a teacher-forced forward of the sampled ids (raw distribution, T = 1)
     from transformers import GenerationConfig
 

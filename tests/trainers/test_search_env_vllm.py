@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from procrl.generation import SamplingParams, cut_completion, derive_seed, render_prompts
+from procrl.generation import SamplingParams, cut_completion, derive_seed, draws_raw_distribution, render_prompts
 from procrl.retrieval import Passage
-from procrl.trainers.search_env import STOP_STRINGS, SearchEnvironment, draws_raw_distribution
+from procrl.trainers.search_env import STOP_STRINGS, SearchEnvironment
 
 
 class FakeRetriever:
@@ -144,7 +144,8 @@ def test_model_eos_max_turns_and_budget(smollm2_tokenizer):
 def test_completion_logps_only_when_raw(smollm2_tokenizer, mode, sampling, extra, raw):
     ep, *_ = _run(smollm2_tokenizer, ["Q1"], mode=mode, sampling=sampling, extra=extra)
     # raw_logprobs: vLLM's values are raw whatever the sampler; processed: only for a raw sampler
-    assert draws_raw_distribution(sampling, extra) == (raw if mode == "processed_logprobs" else False)
+    fields = {**sampling.vllm_fields(), **(extra or {})}
+    assert draws_raw_distribution(fields) == (raw if mode == "processed_logprobs" else False)
     if raw:
         assert ep.completion_logps == ep.logprobs
     else:
