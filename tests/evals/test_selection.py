@@ -323,10 +323,10 @@ def test_greedy_decodes_are_stored_apart_from_the_samples(tokenizer, tmp_path):
     engine.calls.clear()
     # another n, temperature, top-p or seed: the same greedy decodes, read back
     again = _config(scorer="random", n=5, batch_size=1, max_new_tokens=7, temperature=0.9, top_p=0.8, seed=3,
-                    output=out)  # fmt: skip
+                    output_dir=str(tmp_path))  # fmt: skip
     ids_again, stats = _greedy(again, s)
     assert ids_again == ids and stats.generated_rows == 0 and engine.calls == []
-    shorter = _config(scorer="random", n=2, batch_size=1, max_new_tokens=5, output=out)
+    shorter = _config(scorer="random", n=2, batch_size=1, max_new_tokens=5, output_dir=str(tmp_path))
     assert _greedy(shorter, s)[1].generated_rows == 2 and len(engine.calls) == 2  # another budget: decoded again
 
 
