@@ -153,26 +153,6 @@ def test_serve_retriever_help_config_and_flags(tmp_path, capsys):
         make_parser().parse_args_and_config(["--index", "x", "--topk", "0"])
 
 
-def test_old_corpus_module_warns_and_returns_the_moved_names():
-    import procrl.data_builders.corpus as old
-    import procrl.data_builders.search_qa as search_qa
-    import procrl.retrieval as retrieval
-
-    with pytest.warns(DeprecationWarning, match="search_qa.BuiltinBM25Index"):
-        old_index = old.BM25Index
-    assert issubclass(old_index, retrieval.BM25Index)
-    # the old class took built-in corpus names; the core one takes paths only
-    assert len(old_index.from_jsonl("2wiki_corpus_sample").passages) == len(load_corpus("2wiki_corpus_sample"))
-    with pytest.raises(FileNotFoundError):
-        retrieval.BM25Index.from_jsonl("2wiki_corpus_sample")
-    with pytest.warns(DeprecationWarning, match="procrl.retrieval.Passage"):
-        assert old.Passage is retrieval.Passage
-    with pytest.warns(DeprecationWarning, match="search_qa.load_qa_questions"):
-        assert old.load_qa_questions is search_qa.load_qa_questions
-    with pytest.warns(DeprecationWarning):
-        assert [p.title for p in old.load_corpus("2wiki_corpus_sample")[:1]] == [
-            load_corpus("2wiki_corpus_sample")[0].title
-        ]
 
 
 def test_worked_search_example_comes_first_and_matches_the_environment_layout():

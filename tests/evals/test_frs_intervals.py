@@ -195,7 +195,7 @@ def fake_run(monkeypatch, tmp_path, resamples: int):
     )  # fmt: skip
     frs = FRSArguments(frs_k_percent=30, frs_k_values=[30, 50], frs_random_baseline="mean")
     result, files = frs_offline.run_frs(args, frs, JudgeArguments(judge="none"))
-    assert files == {"traces": "traces.jsonl", "judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
+    assert files == {"judged_traces": "judged_traces.jsonl", "plot": "frs.png"}
     assert read_traces(tmp_path / "frs" / files["judged_traces"]) == TRACES  # judge none keeps their scores
     return result
 

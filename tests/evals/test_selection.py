@@ -333,16 +333,16 @@ def test_greedy_decodes_are_stored_apart_from_the_samples(tokenizer, tmp_path):
 def test_the_samples_key_ignores_greedy_and_the_picsar_evaluator(tokenizer, tmp_path):
     engine = FakeEngine(tokenizer)
     s = _setup(tokenizer, engine=engine, prompt_ids=[[10, 5, 6], [11, 7]])
-    plain = _config(scorer="picsar", n=2, max_new_tokens=7, output=str(tmp_path / "sel.json"))
+    plain = _config(scorer="picsar", n=2, max_new_tokens=7, output_dir=str(tmp_path))
     ids, logps, stats = _sample(plain, s)
     assert stats.generated_rows == 4 and len(ids) == 4 and [len(lp) for lp in logps] == [len(i) for i in ids]
     # batch_size 4: the 4 rows (problem-major) in one call, seeded derive_seed(seed, "select", 0)
     assert [(n, p.temperature, seed) for n, p, seed in engine.calls] == [(4, 0.7, derive_seed(0, "select", 0))]
     assert ids[:2] == [tokenizer("7", add_special_tokens=False)["input_ids"]] * 2
     extended = _config(scorer="picsar", n=2, max_new_tokens=7, greedy=True, picsar_evaluator="gemma3-270m",
-                       output=str(tmp_path / "other.json"))  # fmt: skip
-    assert _sample(extended, s)[:2] == (ids, logps) and len(engine.calls) == 1  # same folder: the same store
-    elsewhere = _config(scorer="picsar", n=2, max_new_tokens=7, output=str(tmp_path / "sub" / "sel.json"))
+                       output_dir=str(tmp_path))  # fmt: skip
+    assert _sample(extended, s)[:2] == (ids, logps) and len(engine.calls) == 1  # same output dir: the same store
+    elsewhere = _config(scorer="picsar", n=2, max_new_tokens=7, output_dir=str(tmp_path / "sub"))
     assert _sample(elsewhere, s)[2].generated_rows == 4 and len(engine.calls) == 2  # another store: sampled
-    reseeded = _config(scorer="picsar", n=2, max_new_tokens=7, seed=1, output=str(tmp_path / "sel.json"))
+    reseeded = _config(scorer="picsar", n=2, max_new_tokens=7, seed=1, output_dir=str(tmp_path))
     assert _sample(reseeded, s)[2].generated_rows == 4 and engine.calls[-1][2] == derive_seed(1, "select", 0)
