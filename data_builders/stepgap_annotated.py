@@ -1,4 +1,4 @@
-"""The annotated StepGap verifier set, built from 2WikiMultihopQA compositional questions (DESIGN §4 "StepGap";
+"""The annotated StepGap verifier set, built from 2WikiMultihopQA compositional questions (docs/architecture.md "StepGap";
 StepGap, arXiv 2605.24733, §"verifier evaluation"); the shipped set `evals/stepgap/data/annotated_2wiki.jsonl`
 was made by `build_annotated_2wiki` (seed 0, see evals/stepgap/data/SOURCE.md) and is read by
 `procrl.evals.stepgap.evaluate.load_annotated`.

@@ -1,4 +1,4 @@
-"""Step-level beam search guided by a PUM (the library of `procrl beam`; DESIGN §4 "PUM" Beam search).
+"""Step-level beam search guided by a PUM (the library of `procrl beam`; docs/architecture.md "PUM" Beam search).
 
 Every unfinished beam is extended by `expand` sampled next steps, drawn by the policy's rollout engine
 (`generation_backend`: auto = vLLM wherever it imports, else transformers) from the prompt followed by the beam's

@@ -3,7 +3,7 @@
 `run_select` samples `n` completions per problem with the policy (a `procrl.generation` rollout engine:
 `generation_backend` auto = vLLM wherever it imports, else transformers; the sampler's raw log-probs kept for
 PiCSAR), picks one per scorer and reports the accuracy of the picked completions
-(DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N). The scorers (`SCORERS`; `procrl.evals.selection_scorers`):
+(docs/architecture.md "PUM" Best-of-N, "PiCSAR" best-of-N). The scorers (`SCORERS`; `procrl.evals.selection_scorers`):
 
 - `pum`: argmax_i U(x, y_i) (the PUM's utility of the full completion, trailing EOS stripped);
 - `pum_min`, `pum_last`, `pum_mean`: argmax of the min / last / mean over the step prefixes' utilities U(x, p_k)

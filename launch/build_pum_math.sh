@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build PUM-Math preference pairs (DESIGN §4 "PUM").
+# Build PUM-Math preference pairs (docs/architecture.md "PUM").
 #   launch/build_pum_math.sh                      # one process (CPU or one GPU)
 #   NPROC=2 launch/build_pum_math.sh              # rollouts sharded over 2 processes
 #   CONFIG=configs/pum/build_gsm8k.yaml launch/build_pum_math.sh --end 10   # extra flags override the config

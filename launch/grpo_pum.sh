@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO with the PUM reward (DESIGN §4 "PUM" and "Process advantages"; procrl.rewards.pum_rewards) on SVAMP.
+# GRPO with the PUM reward (docs/architecture.md "PUM" and "Process advantages"; procrl.rewards.pum_rewards) on SVAMP.
 #   launch/grpo_pum.sh                                    # outcome-anchored: outcome + 0.5 U(x, y)
 #   VARIANT=process_only launch/grpo_pum.sh               # U(x, y) alone (reward_funcs [pum_min] / [pum_last]: flags)
 #   VARIANT=process_adv launch/grpo_pum.sh                # per-step PUM increments as process advantages (mixed)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO with the StepGap reward on 2WikiMultihopQA questions (DESIGN §4 "StepGap"; procrl.trainers.tasks.search):
+# GRPO with the StepGap reward on 2WikiMultihopQA questions (docs/architecture.md "StepGap"; procrl.trainers.tasks.search):
 # search episodes over the bm25s index, typed step labels from the judge, R = EM + λ Σ [base + shaping].
 # Logs stepgap/label_{NONE,CC,IE,MB,ERROR}, stepgap/searches_per_completion, rewards/em_reward/mean and
 # task/accuracy (EM) to wandb (offline unless WANDB_MODE says otherwise) and writes run.json (the results) + curves.png.

@@ -5,7 +5,7 @@
 #   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs compare
 #   launch/results.sh stepgap   # StepGap decomposability: procrl stepgap-eval --llm-only on the shipped 2Wiki steps
 #   launch/results.sh all       # the three, in this order (frs needs bestofn's samples)
-# Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (README "PUM").
+# Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
 # What docs/results/README.md publishes is the default: SmolLM2 as the policy. The second policy and the
 # decoupled evaluator are one variable away (not run here: too slow for 2 CPU cores, see the page):
 #   POLICIES="smollm2=default gemma3-270m=gemma3-270m" DECOUPLED=1 FRS_JUDGES="local local:gemma3-270m" \

@@ -1,6 +1,6 @@
 """Teacher-forced token log-probabilities of a causal LM, batched and padding-invariant.
 
-Convention (DESIGN §3 "Log-probabilities"): raw model distribution (temperature 1), natural log; the logits at
+Convention (docs/architecture.md "Log-probabilities"): raw model distribution (temperature 1), natural log; the logits at
 position t score token t+1; `log_softmax` always; position ids are passed explicitly so left or right padding
 never changes a score (tested to 1e-4 in fp32; the GPT-2 case, with absolute position embeddings, is the one
 that fails when position ids are wrong, since rotary embeddings are invariant to a shift of every position).

@@ -1,4 +1,4 @@
-"""Per-step rewards and their aggregation: the step-scorer contract of DESIGN §3 (core layer).
+"""Per-step rewards and their aggregation: the step-scorer contract of docs/architecture.md "Step scorers" (core layer).
 
 A step scorer returns, per completion, one `StepRewards` (raw per-step values aligned with token boundaries) or
 None ("does not apply"). The trainer turns them into process advantages (`procrl.trainers.advantages`); a reward

@@ -1,4 +1,4 @@
-"""PiCSAR: training-free confidence of a reasoning chain and its answer (arXiv 2508.21787; DESIGN §4).
+"""PiCSAR: training-free confidence of a reasoning chain and its answer (arXiv 2508.21787; docs/architecture.md "PiCSAR").
 
     Score(r, y) = sum_t log p(r_t | x, r_<t)  +  sum_t log p(y_t | a, x, r, y_<t)
                   (reasoning confidence)          (answer confidence)

@@ -1,13 +1,13 @@
 """PUM as a GRPO reward: U(x, y) of a completion, and per-step increments for process advantages.
 
-The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.07190; DESIGN §4 "PUM",
+The Prefix Utility Model U_θ(x, p) ("From Correctness to Utility", arXiv 2606.07190; docs/architecture.md "PUM",
 `procrl.rewards.pum`) scores a problem x and a (partial) solution p. Two uses in GRPO:
 
 * `PUMReward` (TRL reward function, `__name__` "pum_utility", "pum_utility_min" or "pum_utility_last"): one raw
   score per completion, never normalised within a group (TRL's `multi_objective_aggregation` does that):
 
   - `mode="full"`: U(x, y) of the whole completion y (a trailing EOS stripped first: transformers pools at the
-    rightmost non-pad token and pad == eos for SmolLM2, DESIGN §3);
+    rightmost non-pad token and pad == eos for SmolLM2, docs/architecture.md "Sequence-classification pooling");
   - `mode="last"`: U after the last step, from the one-pass step scoring (equal to "full" within float tolerance);
   - `mode="min"`: min over k of U(x, p_k), the step prefixes p_1..p_K (a weakest-link process reward).
   "last" and "min" reduce the per-step values with `procrl.step_rewards.aggregate_step_values` (NaN if any is).

@@ -1,4 +1,4 @@
-"""Exact match for open-domain / multi-hop QA (DESIGN §3 "Outcome checking"; SQuAD v1.1's official metric).
+"""Exact match for open-domain / multi-hop QA (docs/architecture.md "Outcome checking"; SQuAD v1.1's official metric).
 
 `normalize_answer` is SQuAD's normalisation: lower case, punctuation removed, the articles "a", "an", "the"
 removed as words, whitespace collapsed. `exact_match(prediction, golds)` is 1.0 when the normalised prediction

@@ -1,6 +1,6 @@
 """benchmarks/gpu_check.sh keeps working: run on CPU at tiny sizes in a subprocess, its report lines are checked.
 
-The script is meant for a GPU machine (README "Scaling up"); `--device cpu` runs the same code path (random
+The script is meant for a GPU machine (docs/scaling.md); `--device cpu` runs the same code path (random
 Qwen2-shaped model, GRPO steps with process advantages, one PUM scoring pass) so CI notices when it breaks.
 """
 

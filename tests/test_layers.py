@@ -1,4 +1,4 @@
-"""The import contract of the package layout (README "The package"), checked on the source with `ast`.
+"""The import contract of the package layout (docs/architecture.md "Layers"), checked on the source with `ast`.
 
 Layers, lowest first (docs/architecture.md): core (`procrl/` outside `procrl/experiment/` and `procrl/scripts/`) <
 `procrl.rewards` < `procrl.data_builders` < `procrl.evals` < `procrl.experiment` (run records, provenance, sweeps,

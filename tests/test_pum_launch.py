@@ -43,7 +43,7 @@ def test_configs_build_the_documented_rewards(variant, tmp_path, models):
     assert job.training.advantage_mode == mode
     assert len(weights) == len(funcs)
     if variant == "outcome_anchored":
-        assert weights == [1.0, 0.5]  # DESIGN §4: outcome + 0.5 U(x, y)
+        assert weights == [1.0, 0.5]  # docs/architecture.md "PUM": outcome + 0.5 U(x, y)
     # in mixed mode the step scorer (step_reward_func: pum) is not also a scalar reward (never counted twice)
     assert (step_scorer is not None) == (mode != "outcome")
     assert step_scorer is None or step_scorer.__name__ == "pum_step_increments"

@@ -1,4 +1,4 @@
-"""Process advantages: per-token GRPO advantages from per-step rewards (DeepSeekMath §4.1.3; DESIGN §4).
+"""Process advantages: per-token GRPO advantages from per-step rewards (DeepSeekMath §4.1.3; docs/architecture.md "Process advantages").
 
 GRPO with process supervision (Shao et al. 2024, "DeepSeekMath", §4.1.3): each of the G completions of one
 prompt is cut into steps, a step scorer gives every step a reward, and

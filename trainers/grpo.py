@@ -3,7 +3,7 @@
 What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
 
 - `rollout_func` defaults to `ProcessRollout`, which returns the sampler's raw per-token log-probs as the extra
-  field `completion_logps` for every reward function (DESIGN §3 "Generation hook").
+  field `completion_logps` for every reward function (docs/architecture.md "Generation hook").
 - Reward functions that need the live policy (they have a `bind_policy(model, tokenizer)` method, e.g. the
   PiCSAR bonus) are bound to it.
 - Metrics, logged with TRL's own metric machinery next to `rewards/<name>/mean`:
@@ -102,9 +102,9 @@ class ProcessGRPOConfig(GRPOConfig, EngineArguments, MonitorArguments):
       (`procrl.generation.runtime.resolve_bf16`); TRL's None means True, which raises on a CPU-only machine.
     - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`vllm_rollout`).
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
-      rewards are all equal (DESIGN §3).
+      rewards are all equal (docs/architecture.md "Reward functions").
 
-    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, DESIGN §4); the engine fields of
+    procrl's own fields: `advantage_mode` and `process_alpha` (process advantages, docs/architecture.md "Process advantages"); the engine fields of
     `procrl.generation.EngineArguments` (`generation_backend`: "auto" = vLLM where it runs; it sets `use_vllm`;
     `vllm_kv_cache_gib`, `vllm_dtype`; resolved by `procrl.trainers.vllm_colocate.resolve_generation_backend`);
     `hacking_window`, `completions_jsonl`, `completions_jsonl_per_step` and `console_line`
@@ -208,7 +208,7 @@ class ProcessGRPOTrainer(GRPOTrainer):
         if step_reward_func is not None and self.args.scale_rewards != "group":
             logger.warning(
                 "scale_rewards=%r applies to the outcome advantage only; process advantages always divide by the "
-                "group's step-reward std (DESIGN §4).",
+                "group's step-reward std (docs/architecture.md 'Process advantages').",
                 self.args.scale_rewards,
             )
         # The one place the policy meets the rewards that need it (PiCSAR's answer term, the PUM step scorer's

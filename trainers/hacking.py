@@ -1,4 +1,4 @@
-"""Reward-hacking monitors: the pure math behind the `hacking/...` metrics of `ProcessGRPOTrainer` (DESIGN §3).
+"""Reward-hacking monitors: the pure math behind the `hacking/...` metrics of `ProcessGRPOTrainer` (docs/architecture.md "Monitors").
 
 - `repetition_rate(tokens)`: the fraction of repeated n-grams (n = 4) in one completion,
   `1 - #distinct n-grams / #n-grams`; None for a completion with fewer than n tokens (it has no n-gram, so it is

@@ -159,7 +159,7 @@ def tokenize_pairs(
     Args:
         pairs: a Dataset with REQUIRED_COLUMNS (`prompt` is the problem text, or chat messages whose last user
             message is the problem); rows with a true `is_tie` (the builder's optional ΔG = 0 pairs) are dropped
-            and counted, since a tie has no preferred side (DESIGN's optional tie regulariser is not implemented).
+            and counted, since a tie has no preferred side (docs/architecture.md "PUM"'s optional tie regulariser is not implemented).
         tokenizer: the model's tokenizer (chat template, pad token set).
         max_length: `RewardConfig.max_length`; inputs keep at most `max_length - 1` tokens (None: no cut).
         separator: step separator for splitting prefixes into tokenization pieces.

@@ -3,7 +3,7 @@
 `train_pum.py` and `procrl train-pum` run `procrl.scripts.train_pum.main` (its docstring has the launch commands);
 `train(script_args, training_args, model_args)` here is the job, with its two config dataclasses.
 
-The job (DESIGN §2.3, §4 "PUM"): read a PUM-Math pair set (columns `prompt` = problem text, `chosen`/`rejected` =
+The job (docs/architecture.md "Data flow", §4 "PUM"): read a PUM-Math pair set (columns `prompt` = problem text, `chosen`/`rejected` =
 prefix texts, `margin` = ΔG >= 0, `pair_type`, `problem_id`), hold out whole problems for evaluation (no problem
 in both splits), render and tokenize every prefix with `procrl.rewards.pum.render_prefix` (the same function the
 scorer uses; it truncates to `max_length - 1` and counts what it cut), drop pairs that are identical after

@@ -1,4 +1,4 @@
-"""procrl's generation hook for TRL's `GRPOTrainer(rollout_func=...)` (DESIGN §3 "Generation hook").
+"""procrl's generation hook for TRL's `GRPOTrainer(rollout_func=...)` (docs/architecture.md "Generation hook").
 
 TRL 1.16's own transformers generation path throws the sampler's log-probabilities away, and reward functions
 only see dataset columns plus the extra fields a `rollout_func` returns. So procrl generates here: one

@@ -1,4 +1,4 @@
-"""Multi-turn search episodes for GRPO (Search-R1 tags; DESIGN §4 "StepGap"), run by procrl's own `rollout_func`.
+"""Multi-turn search episodes for GRPO (Search-R1 tags; docs/architecture.md "StepGap"), run by procrl's own `rollout_func`.
 
 Two backends share one protocol (the turn loop is `procrl.trainers.search_turns.run_episodes`): `run` generates
 with transformers `generate`, `run_vllm` with a `procrl.generation.VLLMEngine`.
@@ -59,8 +59,8 @@ class SearchEnvironment:
 
     Attributes:
         retriever: anything with `search(queries, topk) -> list[list[Passage]]` (`BM25Index`, `RetrieverClient`).
-        topk: passages per search (DESIGN default 3).
-        max_turns: executed searches per episode (DESIGN default 4); a further search ends the episode unexecuted.
+        topk: passages per search (docs/architecture.md "Retrieval" default 3).
+        max_turns: executed searches per episode (docs/architecture.md "Retrieval" default 4); a further search ends the episode unexecuted.
         stop_strings: generation stops after any of them (and at EOS).
     """
 

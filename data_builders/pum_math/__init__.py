@@ -1,4 +1,4 @@
-"""PUM-Math: outcome-grounded prefix preference pairs for the Prefix Utility Model (DESIGN §4 "PUM").
+"""PUM-Math: outcome-grounded prefix preference pairs for the Prefix Utility Model (docs/architecture.md "PUM").
 
 Paper: "From Correctness to Utility: Gain-Based Prefix Evaluation for LLM Reasoning" (arXiv 2606.07190).
 

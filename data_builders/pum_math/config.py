@@ -86,7 +86,7 @@ class PUMMathConfig(EngineArguments):
     n_rollouts: int = field(default=4, metadata={"help": "Rollouts per prefix and student (n)."})
     n_rollouts_bare: int = field(default=8, metadata={"help": "Rollouts from the bare problem per student (n_0)."})
     step_separator: str = field(
-        default="\n\n", metadata={"help": "Step separator of trajectories (DESIGN default '\\n\\n')."}
+        default="\n\n", metadata={"help": "Step separator of trajectories (docs/architecture.md 'PUM' default '\\n\\n')."}
     )
     cut_fractions: list[float] = field(
         default_factory=lambda: [0.25, 0.5, 0.75],
@@ -100,7 +100,7 @@ class PUMMathConfig(EngineArguments):
     )
     normalization: str = field(
         default="student_std",
-        metadata={"help": "Intrinsic utility: 'student_std' (DESIGN), 'none' or 'problem_zscore'."},
+        metadata={"help": "Intrinsic utility: 'student_std' (docs/architecture.md 'PUM'), 'none' or 'problem_zscore'."},
     )
     kappa: float = field(
         default=1.0, metadata={"help": "Adaptive margin: keep a pair when |ΔG| > kappa * sqrt(Var(ΔG))."}

@@ -1,5 +1,5 @@
 """The builder's arithmetic (pure functions; unit-tested with hand-computed values): Laplace-smoothed solve-rate
-variances, gains g_s = q_s(x,p) - q_s(x,∅), student scales σ_s, the intrinsic utility G and Var(ΔG) (DESIGN §4 PUM;
+variances, gains g_s = q_s(x,p) - q_s(x,∅), student scales σ_s, the intrinsic utility G and Var(ΔG) (docs/architecture.md "PUM" PUM;
 formulas in the package docstring of `procrl.data_builders.pum_math`)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 
 def smoothed_variance(k: int, n: int) -> float:
-    """Variance of a solve-rate estimate from k successes in n rollouts, Laplace-smoothed (DESIGN §4 PUM).
+    """Variance of a solve-rate estimate from k successes in n rollouts, Laplace-smoothed (docs/architecture.md "PUM" PUM).
 
     v = q̃(1 - q̃)/(n + 2) with q̃ = (k + 1)/(n + 2), so 0/n and n/n do not get zero variance.
 

@@ -1,5 +1,5 @@
 """FRS, the Filtered Reasoning Score: reasoning quality on a model's most confident traces (arXiv 2604.11996;
-DESIGN §4 "FRS").
+docs/architecture.md "FRS").
 
 The computation, in the order it happens:
 

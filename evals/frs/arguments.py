@@ -22,7 +22,7 @@ DEFAULT_K_VALUES = (10, 20, 30, 40, 50)
 
 @dataclass
 class FRSConfig:
-    """How FRS is computed. Defaults follow DESIGN §4 "FRS"; the paper is silent where marked *(default)*."""
+    """How FRS is computed. Defaults follow docs/architecture.md "FRS"; the paper is silent where marked *(default)*."""
 
     k_percent: float = field(default=10, metadata={"help": "K of the headline FRS: keep the top K% most confident."})
     k_values: tuple[float, ...] = field(
@@ -81,7 +81,7 @@ class FRSConfig:
 
 @dataclass
 class FRSArguments:
-    """What FRS measures and how (DESIGN §4 "FRS"; `procrl.evals.frs` for the computation).
+    """What FRS measures and how (docs/architecture.md "FRS"; `procrl.evals.frs` for the computation).
 
     Raises:
         ValueError: (on construction) `frs_traces` < 1, a K outside (0, 100], or an FRS setting `FRSConfig` refuses

@@ -1,7 +1,7 @@
 """Compare `procrl frs` runs: does FRS rank models as accuracy does (issue 17, comparison 3)? The library of
 `procrl frs compare` (`build_comparison`, then `write_comparison`).
 
-The claim checked (FRS, arXiv 2604.11996; DESIGN §4 "FRS"): FRS separates models that accuracy cannot, and the
+The claim checked (FRS, arXiv 2604.11996; docs/architecture.md "FRS"): FRS separates models that accuracy cannot, and the
 rankings by accuracy and by FRS can invert. Each run (its `run.json`: the `result` of `procrl frs`) is one row,
 labelled by its `model` and its benchmark (the result's `dataset`, slice included: gsm8k[0:50] and gsm8k[0:100] are
 different benchmarks). Its numbers are the report's own (accuracy, accuracy@K, FRS@K, selection gain) with their 95%

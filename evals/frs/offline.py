@@ -1,4 +1,4 @@
-"""Offline FRS of a model on a benchmark (DESIGN §4 "FRS"): the library behind `procrl frs`.
+"""Offline FRS of a model on a benchmark (docs/architecture.md "FRS"): the library behind `procrl frs`.
 
 `run_frs(args, frs, judge)` samples `frs.frs_traces` traces per problem (temperature 0.7, no top-p/top-k by default)
 with a `procrl.generation` rollout engine (`generation_backend`: auto = vLLM wherever it imports, else

@@ -1,4 +1,4 @@
-"""StepGap verifier metrics on an annotated set, with a stage ablation (DESIGN §4 "StepGap"; StepGap, arXiv
+"""StepGap verifier metrics on an annotated set, with a stage ablation (docs/architecture.md "StepGap"; StepGap, arXiv
 2605.24733, §"verifier evaluation"). The command is `procrl stepgap-eval` (`procrl/scripts/stepgap_eval.py`):
 
     procrl stepgap-eval --data evals/stepgap/data/annotated_2wiki.jsonl [--judge local|URL] \\

@@ -1,6 +1,6 @@
 """An LLM-only StepGap verifier and its prompt ablations: the baseline the hybrid tree is compared with (StepGap, arXiv
 2605.24733, "decomposability": removing any stage of the hybrid verifier hurts, while removing three of the four
-components of the LLM-only baseline improves it; DESIGN §4 "StepGap").
+components of the LLM-only baseline improves it; docs/architecture.md "StepGap").
 
 ONE judge call per step labels it directly with one of the typed labels NONE / CC / IE / MB (the label set of
 `procrl.rewards.stepgap.verifier`, with definitions that restate its decision tree in words: `LABEL_DEFINITIONS`).

@@ -1,4 +1,4 @@
-"""Sweep files in wandb's format, expanded offline into variants (DESIGN §3 "Configs"; issue 16).
+"""Sweep files in wandb's format, expanded offline into variants (docs/architecture.md "Configs"; issue 16).
 
 A sweep file is wandb's sweep configuration (https://docs.wandb.ai/guides/sweeps/define-sweep-configuration):
 

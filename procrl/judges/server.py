@@ -65,7 +65,7 @@ _INSTALL_HINT = (
 
 
 class JudgeServer:
-    """An OpenAI-compatible judge server on loopback, as a context manager (DESIGN §3 "Local servers").
+    """An OpenAI-compatible judge server on loopback, as a context manager (docs/architecture.md "Local servers").
 
         with JudgeServer("default") as server:
             judge = OpenAICompatibleJudge(server.base_url, server.model_id)

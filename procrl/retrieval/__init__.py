@@ -1,4 +1,4 @@
-"""Retrieval for search-interleaved rollouts (core layer; DESIGN §4 "StepGap", "Retrieval"): a bm25s index over a
+"""Retrieval for search-interleaved rollouts (core layer; docs/architecture.md "StepGap", "Retrieval"): a bm25s index over a
 local corpus, a client for a Search-R1-style retrieval server, and our own server with that API.
 
 Everything that retrieves implements one method, `search(queries, topk) -> list[list[Passage]]` (one list of at

@@ -1,4 +1,4 @@
-"""The client of a Search-R1-style retrieval server (core layer; DESIGN §4 "Retrieval").
+"""The client of a Search-R1-style retrieval server (core layer; docs/architecture.md "Retrieval").
 
 `POST <url>/retrieve` with `{"queries": [...], "topk": k, "return_scores": true}`, the API of Search-R1's retrieval
 server (PeterGriffinJin/Search-R1, `search_r1/search/retrieval_server.py`); the answer is

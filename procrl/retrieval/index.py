@@ -1,4 +1,4 @@
-"""Passages, the retriever contract and the bm25s index over a local JSONL corpus (core layer; DESIGN §4 "StepGap",
+"""Passages, the retriever contract and the bm25s index over a local JSONL corpus (core layer; docs/architecture.md "StepGap",
 "Retrieval").
 
 Everything that retrieves implements one method, `search(queries, topk) -> list[list[Passage]]` (one list of at

@@ -1,5 +1,5 @@
 """A retrieval server with Search-R1's API (`POST /retrieve`, see `procrl.retrieval.client`) over any retriever
-(core layer; fastapi + uvicorn; DESIGN §4 "Retrieval").
+(core layer; fastapi + uvicorn; docs/architecture.md "Retrieval").
 
 `serve_retriever(index, host="127.0.0.1", port=8000)` serves until interrupted (`procrl serve-retriever --index
 <dir|corpus.jsonl|2wiki_corpus_sample> --port 8000` is its command line, `procrl/scripts/serve_retriever.py`);
@@ -61,7 +61,7 @@ def make_app(retriever: Retriever, *, default_topk: int = 3) -> FastAPI:
 
 
 def serve_retriever(retriever: Retriever, host: str = "127.0.0.1", port: int = 8000, *, default_topk: int = 3):
-    """Serve `retriever` on http://host:port until interrupted (blocking). Loopback by default (DESIGN §3)."""
+    """Serve `retriever` on http://host:port until interrupted (blocking). Loopback by default (docs/architecture.md "Local servers")."""
     logger.info("serving %s on http://%s:%d/retrieve", type(retriever).__name__, host, port)
     uvicorn.run(make_app(retriever, default_topk=default_topk), host=host, port=port, log_level="warning")
 

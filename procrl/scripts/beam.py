@@ -3,7 +3,7 @@
     procrl beam --beams 4 --expand 4 --scorer pum --pum outputs/pum --dataset svamp --start 0 --end 100
     python -m procrl.scripts.beam --config beam.yaml --beams 8      # the same; flags override the YAML's keys
 
-DESIGN §4 "PUM" Beam search: every unfinished beam is extended by `--expand` sampled next steps (generation stops
+docs/architecture.md "PUM" Beam search: every unfinished beam is extended by `--expand` sampled next steps (generation stops
 after the step separator "\\n\\n", at EOS, or after `--max-step-tokens`); the finished beams and all new candidates
 compete and the `--beams` with the highest U(x, prefix) are kept. A beam is finished when it ends with EOS, its last
 step states an answer (`extract_answer`), or it reached `--max-new-tokens`. The search stops when every kept beam

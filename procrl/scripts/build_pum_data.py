@@ -1,4 +1,4 @@
-"""`procrl build-pum-data`: PUM-Math preference pairs from student rollouts (DESIGN §4 "PUM").
+"""`procrl build-pum-data`: PUM-Math preference pairs from student rollouts (docs/architecture.md "PUM").
 
     procrl build-pum-data --config configs/pum/build_gsm8k.yaml [--end 10 ...]    # flags override the YAML's keys
     python -m procrl.scripts.build_pum_data --config configs/pum/build_gsm8k.yaml   # the same

@@ -1,4 +1,4 @@
-"""`procrl frs`: the Filtered Reasoning Score of a model on a benchmark, offline (DESIGN §4 "FRS"); and
+"""`procrl frs`: the Filtered Reasoning Score of a model on a benchmark, offline (docs/architecture.md "FRS"); and
 `procrl frs compare`: models ranked by accuracy and by FRS@K, from such runs.
 
     procrl frs --model default --dataset gsm8k --start 0 --end 50 --frs-traces 16 --frs-k-percent 10 --judge local

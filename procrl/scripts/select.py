@@ -7,7 +7,7 @@ with `--ks` the best-of-k curves of every selection method from the same samples
     python -m procrl.scripts.select --config select.yaml --n 16      # the same; flags override the YAML's keys
 
 Samples `--n` completions per problem with the policy (the generation's own log-probs kept for PiCSAR), picks one
-per scorer and reports the accuracy of the picked completions (DESIGN §4 "PUM" Best-of-N, "PiCSAR" best-of-N):
+per scorer and reports the accuracy of the picked completions (docs/architecture.md "PUM" Best-of-N, "PiCSAR" best-of-N):
 
 - `pum`: argmax_i U(x, y_i) (the PUM's utility of the full completion, trailing EOS stripped);
 - `pum_min`, `pum_last`, `pum_mean`: argmax of the min / last / mean over the step prefixes' utilities U(x, p_k)

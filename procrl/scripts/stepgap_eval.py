@@ -1,5 +1,5 @@
 """`procrl stepgap-eval`: StepGap verifier metrics (sF1, Q-F1, balanced accuracy, typed macro-F1) on an annotated
-set, with a stage ablation, bootstrap intervals and an LLM-only comparison (DESIGN §4 "StepGap"; StepGap, arXiv
+set, with a stage ablation, bootstrap intervals and an LLM-only comparison (docs/architecture.md "StepGap"; StepGap, arXiv
 2605.24733, §"verifier evaluation").
 
     procrl stepgap-eval --data evals/stepgap/data/annotated_2wiki.jsonl [--judge local|URL] \\

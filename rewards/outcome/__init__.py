@@ -1,5 +1,5 @@
 """Outcome reward for math: 1.0 when the final answer matches the gold answer, 0.0 otherwise, None when
-the gold answer cannot be parsed (DESIGN §3 "Outcome checking", §4 "Outcome").
+the gold answer cannot be parsed (docs/architecture.md "Outcome checking", §4 "Outcome").
 
 Pipeline
 --------

@@ -1,4 +1,4 @@
-"""Answer extraction (part of `procrl.rewards.outcome`, DESIGN §3 "Outcome checking"): the final answer of a
+"""Answer extraction (part of `procrl.rewards.outcome`, docs/architecture.md "Outcome checking"): the final answer of a
 completion, found with plain regular expressions (linear time).
 
 The last ``\\boxed{...}``/``\\fbox{...}`` (or brace-less ``\\boxed 2``), else the last "The answer is ...", else

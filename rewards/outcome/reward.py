@@ -1,4 +1,4 @@
-"""The outcome reward as a TRL reward function (part of `procrl.rewards.outcome`, DESIGN §4 "Outcome"): 1.0 when
+"""The outcome reward as a TRL reward function (part of `procrl.rewards.outcome`, docs/architecture.md "Outcome"): 1.0 when
 the final answer matches the gold answer, 0.0 otherwise, None when the gold answer cannot be parsed.
 
 Correctness metrics share the trainer's ``task/`` namespace: `procrl.trainers.grpo` logs ``task/accuracy`` and

@@ -1,6 +1,6 @@
 """Prefix Utility Model (PUM): the input renderer shared by training and scoring, and the scorer.
 
-PUM ("From Correctness to Utility: Gain-Based Prefix Evaluation", arXiv 2606.07190; DESIGN §4 "PUM") is a
+PUM ("From Correctness to Utility: Gain-Based Prefix Evaluation", arXiv 2606.07190; docs/architecture.md "PUM") is a
 sequence-classification model with one output, U_θ(x, p), trained with Bradley-Terry on pairs of prefixes p of
 solutions to a problem x, preferring the prefix with the larger estimated gain in solve rate.
 
@@ -12,7 +12,7 @@ Input rendering (`render_prefix`, used by `procrl.trainers.pum_data` AND by `Pre
   steps with `split_steps(prefix, separator)`, so the ids of "steps 1..k" are the same whether they are rendered
   alone or as the start of a longer trajectory, and step boundaries are exact token indices;
 * a trailing EOS (and pad) token text is stripped from the prefix first: transformers' sequence-classification
-  head pools at the rightmost token that is not the pad token, and pad == eos for SmolLM2 (DESIGN §3);
+  head pools at the rightmost token that is not the pad token, and pad == eos for SmolLM2 (docs/architecture.md "Sequence-classification pooling");
 * truncation (`max_length`): the rendered input keeps at most `max_length - 1` tokens (one token of slack under
   TRL's `RewardTrainer` filter `len(ids) <= max_length`, which drops longer pairs silently). The problem is
   always kept whole and the PREFIX IS CUT FROM THE RIGHT. Why right and not left: the score of a right-cut
@@ -31,7 +31,7 @@ ONE forward pass (the score head applied to the final hidden states at the bound
 gets a copy of that step's value (the same float, not a second evaluation). A step whose end lies beyond the
 budget (cut whole or in part: `RenderedPrefix.complete` is False) is UNSCORED, NaN: the model never saw the state
 after it, and a partly kept step is not the step. `score(problems, prefixes)` scores independent prefixes in padded batches, pooling at the last
-position with attention_mask == 1 (never "first pad/eos", DESIGN §3) and with position ids from the mask, so
+position with attention_mask == 1 (never "first pad/eos", docs/architecture.md "Sequence-classification pooling") and with position ids from the mask, so
 left- and right-padded batches give the same values. Scores are raw head outputs (real numbers, no sigmoid):
 only differences are meaningful, P(a preferred to b) = σ(U_a - U_b).
 """

@@ -194,7 +194,7 @@ class PrefixUtilityModel:
     ) -> list[list[float]]:
         """`score_prefixes` for several trajectories, batched (one forward pass per batch of trajectories).
 
-        The step-scorer interface of DESIGN §3: one list of per-step values per trajectory; NaN marks a step whose
+        The step-scorer interface of docs/architecture.md "Step scorers": one list of per-step values per trajectory; NaN marks a step whose
         end lies beyond the budget (see `score_prefixes`). Each trajectory's distinct boundaries are scored once and
         steps sharing a boundary (empty steps) share the value, so equal boundaries give identical floats.
 

@@ -1,4 +1,4 @@
-"""The stage A-C judge request of the StepGap verifier (DESIGN §4 "StepGap"; arXiv 2605.24733): the reply schema
+"""The stage A-C judge request of the StepGap verifier (docs/architecture.md "StepGap"; arXiv 2605.24733): the reply schema
 `StepCheck` (strict, bounded strings), the per-step schema whose quote is a choice among the step's candidate spans
 (`step_check_schema`), and the prompt (`check_messages`). The tree that reads the replies is
 `procrl.rewards.stepgap.verifier`.

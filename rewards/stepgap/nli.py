@@ -1,4 +1,4 @@
-"""NLI backends for StepGap stages D and E (DESIGN §4 "StepGap"; arXiv 2605.24733).
+"""NLI backends for StepGap stages D and E (docs/architecture.md "StepGap"; arXiv 2605.24733).
 
 Every backend answers `predict_proba(pairs) -> list[dict[str, float] | None]`: per `(premise, hypothesis)` pair, in
 order, the probabilities {"entailment": P(e), "neutral": P(n), "contradiction": P(c)} (summing to 1), None meaning
@@ -16,7 +16,7 @@ that `NLIThresholds.decide` reads from those probabilities (by default the argma
 - `CachedNLI`: memoises another backend's probabilities in memory (the evaluation's ablations ask the same pairs
   again).
 - `make_nli(spec, judge)`: "judge" -> `JudgeNLI`; anything else is a cross-encoder path or hub id, loaded eagerly,
-  falling back to `JudgeNLI` with a warning when it cannot be loaded (DESIGN: "when given and loadable").
+  falling back to `JudgeNLI` with a warning when it cannot be loaded (docs/architecture.md "StepGap": "when given and loadable").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""NLI probabilities and the decision rule of StepGap stages D and E (DESIGN §4 "StepGap"; arXiv 2605.24733).
+"""NLI probabilities and the decision rule of StepGap stages D and E (docs/architecture.md "StepGap"; arXiv 2605.24733).
 
 An NLI backend (`procrl.rewards.stepgap.nli`) gives, per (premise, hypothesis), the probabilities
 {"entailment": P(e), "neutral": P(n), "contradiction": P(c)}; `NLIThresholds` turns them into one label (argmax by

@@ -1,4 +1,4 @@
-"""Claims and quotes of StepGap steps (DESIGN §4 "StepGap"; arXiv 2605.24733): the claim a step makes, the check that
+"""Claims and quotes of StepGap steps (docs/architecture.md "StepGap"; arXiv 2605.24733): the claim a step makes, the check that
 a judge's quote is a verbatim span of the evidence, and the candidate quotes a constrained judge chooses from.
 
 Stage C asks the judge for 5-20 words copied from the evidence. `quote_candidates` lists such spans in advance, so

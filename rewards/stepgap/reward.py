@@ -1,4 +1,4 @@
-"""StepGap's typed process reward (arXiv 2605.24733; DESIGN §4 "StepGap", "Reward").
+"""StepGap's typed process reward (arXiv 2605.24733; docs/architecture.md "StepGap reward").
 
 For a trace with steps s_1..s_n (searches, then the answer) labelled τ_i by the verifier,
 
@@ -21,7 +21,7 @@ For a trace with steps s_1..s_n (searches, then the answer) labelled τ_i by the
     repair, and a "repair" bonus would hand back the violation's cost (+0.10 against -0.10);
   * near-duplicate query -0.05: the next step is a search whose query has token Jaccard >= 0.8 with any earlier
     query (any label, FORMAT included, added to the repair term).
-- Repairs, operationally (DESIGN §4; the verifier's `StepLabel` fields say what to look for):
+- Repairs, operationally (docs/architecture.md "StepGap reward"; the verifier's `StepLabel` fields say what to look for):
   * after CC: the next step does not restate the contradicted `entity` / `value` (normalised substring test of
     the step text), or it says it retracts ("retract", "was wrong", "incorrect", "mistake", "not correct",
     "correction", "i was mistaken"). Without `entity` and `value` only a retraction phrase counts;
@@ -72,7 +72,7 @@ RETRACTION = re.compile(r"\b(retract\w*|was wrong|incorrect|mistake\w*|not corre
 
 @dataclass
 class StepGapRewardConfig:
-    """Magnitudes of the StepGap reward (DESIGN §4 defaults). Controls: zero-CC (`base_cc: 0.0`), shaping-off
+    """Magnitudes of the StepGap reward (docs/architecture.md "StepGap reward" defaults). Controls: zero-CC (`base_cc: 0.0`), shaping-off
     (`shaping: false`)."""
 
     lam: float = field(default=1.0, metadata={"help": "λ, weight of the typed process terms added to EM."})
@@ -259,7 +259,7 @@ class StepGapReward(_StepGapBase):
 
     Args:
         verifier: has `verify_many(traces) -> list[list[StepLabel]]` (`procrl.rewards.stepgap.verifier.StepGapVerifier`).
-        config: `StepGapRewardConfig` (defaults from DESIGN §4).
+        config: `StepGapRewardConfig` (defaults from docs/architecture.md "StepGap reward").
 
     Reads the dataset column `golden_answers` and the rollout's `search_trace` (parses the completion text when
     absent). Logs `stepgap/label_<L>` (label shares; not logged for a batch without labelled steps),

@@ -1,4 +1,4 @@
-"""Search-R1 traces as StepGap steps, and the label type the verifier emits (DESIGN §4 "StepGap").
+"""Search-R1 traces as StepGap steps, and the label type the verifier emits (docs/architecture.md "StepGap").
 
 A completion of a search rollout is model text interleaved with environment blocks:
 

@@ -1,4 +1,4 @@
-"""The StepGap step verifier: typed evidence-gap labels for the steps of a search trace (DESIGN §4 "StepGap";
+"""The StepGap step verifier: typed evidence-gap labels for the steps of a search trace (docs/architecture.md "StepGap";
 StepGap, arXiv 2605.24733).
 
 A trace (`procrl.rewards.stepgap.trace.Trace`) has one inference step per search turn and a conclusion step (the
@@ -27,7 +27,7 @@ Decision tree, in order (the first stage that decides wins):
 
 Stages A-C are ONE judge call per step with a strict JSON schema (`StepCheck`: strict types, never coerced, bounded
 strings; `procrl.rewards.stepgap.check`); D-E are NLI calls (`procrl.rewards.stepgap.nli`). "An inference step
-with a quote is no gap" (DESIGN §4) is read as: stage E never re-checks an inference step that has a verified quote;
+with a quote is no gap" (docs/architecture.md "StepGap") is read as: stage E never re-checks an inference step that has a verified quote;
 stage D still checks that quote against the claim, as the paper does for every quoted step.
 `inference_quote_nli=False` gives the other reading (an inference step with a verified quote is NONE without NLI).
 
@@ -138,7 +138,7 @@ class StepGapVerifier:
         nli: an NLI backend with `predict_proba(pairs)` (`CrossEncoderNLI`, `JudgeNLI`, `CachedNLI`), or any object
             with `predict(pairs) -> list[str | None]` (read as one-hot probabilities).
         stages: the stages to run (ablations drop some); default all of "ABCDE".
-        min_quote_words, max_quote_words: the accepted quote length in words (DESIGN: 5-20).
+        min_quote_words, max_quote_words: the accepted quote length in words (docs/architecture.md "StepGap": 5-20).
         inference_quote_nli: stage D also checks inference steps that have a quote (default; see module docstring).
         max_passage_chars: each passage is cut to this many characters in the judge prompt, and the candidate
             quotes come from that part (NLI premises and the quote check use the full text).

@@ -1,4 +1,4 @@
-"""Reasoning steps: splitting text into steps and mapping steps to token boundaries (DESIGN §3 "Steps").
+"""Reasoning steps: splitting text into steps and mapping steps to token boundaries (docs/architecture.md "Steps").
 
 Units and conventions used throughout this module:
 
@@ -13,7 +13,7 @@ Units and conventions used throughout this module:
   increasing and the last one equals the number of ids: tokens after the last step's text (EOS included)
   belong to the last step.
 
-Two cases (DESIGN §3):
+Two cases (docs/architecture.md "Steps"):
 
 * **Text we build** (PUM data, scoring inputs): `tokenize_steps` tokenizes each piece separately and
   concatenates the ids, so every step prefix's ids are a strict prefix of the full ids.

@@ -1,5 +1,5 @@
 """Tests for procrl.rewards.outcome: answer extraction, gold parsing, math-verify comparison, time limits that
-also hold outside the main thread, and the TRL reward-function contract (DESIGN §3 "Outcome checking")."""
+also hold outside the main thread, and the TRL reward-function contract (docs/architecture.md "Outcome checking")."""
 
 from __future__ import annotations
 

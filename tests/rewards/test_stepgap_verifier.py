@@ -1,4 +1,4 @@
-"""StepGap verifier: the routing table of DESIGN §4 on recorded judge replies and a scripted NLI; NLI backends on a
+"""StepGap verifier: the routing table of docs/architecture.md "StepGap" on recorded judge replies and a scripted NLI; NLI backends on a
 tiny cross-encoder built from a config; one protocol test against the local `transformers serve` judge."""
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def run_one(step, judge_reply, nli=None, **kwargs) -> tuple[StepLabel, ScriptedN
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Routing table (DESIGN §4): one case per branch
+# Routing table (docs/architecture.md "StepGap"): one case per branch
 # --------------------------------------------------------------------------------------------------------------------
 
 CLAIM = "Lyon is the third-largest city of France. [m] The answer is yes."  # step_claim of conclusion("m")
@@ -198,7 +198,7 @@ def test_free_quotes_are_filtered_by_find_quote(judge_reply, nli_answer, expecte
 
 
 def test_inference_step_with_quote_is_no_gap_when_configured():
-    # The other reading of DESIGN §4 ("an inference step with a quote is no gap"): NONE, no NLI call.
+    # The other reading of docs/architecture.md "StepGap" ("an inference step with a quote is no gap"): NONE, no NLI call.
     nli = ScriptedNLI(default="contradiction")
     label, _ = run_one(inference("m"), reply(quote=QUOTE), nli, inference_quote_nli=False)
     assert label.label == "NONE" and nli.calls == []
@@ -532,7 +532,7 @@ def test_nli_verdict_is_never_coerced(label):
 
 @pytest.mark.slow
 def test_integration_local_judge_server(default_model_path):
-    # The embedded judge server (vLLM, DESIGN §3 "Local servers") is sent each step's schema: the replies follow it
+    # The embedded judge server (vLLM, docs/architecture.md "Local servers") is sent each step's schema: the replies follow it
     # (one JSON document, a quote among the step's candidates or ""), and the closed choices come with probabilities.
     # vLLM is a declared dependency: a server that does not start is a failure, with its log tail, never a skip.
     server = JudgeServer("default", num_threads=1, startup_timeout_s=240)

@@ -1,4 +1,4 @@
-"""Tests for procrl.rewards.steps: step splitting, sampled-token boundaries, piecewise tokenization (DESIGN §3)."""
+"""Tests for procrl.rewards.steps: step splitting, sampled-token boundaries, piecewise tokenization (docs/architecture.md "Steps")."""
 
 from __future__ import annotations
 

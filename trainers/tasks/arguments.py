@@ -233,9 +233,9 @@ class SearchTaskArguments(JudgeArguments):
             "Search-R1-style retrieval server (http://127.0.0.1:8000, POST /retrieve)."
         },
     )
-    search_topk: int = field(default=3, metadata={"help": "task=search: passages per search (DESIGN default 3)."})
+    search_topk: int = field(default=3, metadata={"help": "task=search: passages per search (docs/architecture.md 'Retrieval' default 3)."})
     search_max_turns: int = field(
-        default=4, metadata={"help": "task=search: executed searches per episode (DESIGN default 4)."}
+        default=4, metadata={"help": "task=search: executed searches per episode (docs/architecture.md 'Retrieval' default 4)."}
     )
     nli: str = field(
         default="judge",

@@ -1,4 +1,4 @@
-"""The search task of `train_grpo.py` (`task: search`): GRPO with the StepGap reward on multi-hop QA (DESIGN §4
+"""The search task of `train_grpo.py` (`task: search`): GRPO with the StepGap reward on multi-hop QA (docs/architecture.md "StepGap"
 "StepGap").
 
     python train_grpo.py --config configs/grpo/stepgap_2wiki_smollm2.yaml
