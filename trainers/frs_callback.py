@@ -5,28 +5,17 @@
     FRSCallback(eval_dataset, every_n_steps=10, judge=JudgeArguments()).attach(trainer)   # the same, by hand
     trainer.train()
 
-In `train_grpo.py` the settings are `FRSCallbackArguments`: the FRS settings every FRS run has
-(`procrl.evals.frs.FRSArguments`: `frs_traces`, `frs_k_percent`, `frs_judge_sees_correctness`, ...; the keys of
-`procrl frs` too) plus the callback's own: `frs_every_n_steps` (0 = off), `frs_eval_set` (name:start:end) and
-sampling overrides of GRPO's settings (`frs_max_new_tokens`, `frs_temperature`). The judge is the run's one judge
-(`procrl.judges.JudgeArguments`: `judge`, `judge_max_tokens`, ...; its reply budget defaults to
-`procrl.evals.frs.judging.JUDGE_MAX_TOKENS`); `judge: none` logs what needs no judge.
+In `train_grpo.py` the settings are `procrl.trainers.tasks.arguments.FRSCallbackArguments` and the judge is the
+run's one judge (`procrl.judges.JudgeArguments`; reply budget `procrl.evals.frs.judging.JUDGE_MAX_TOKENS` by
+default; `judge: none` logs what needs no judge).
 
 Every `every_n_steps` optimizer steps (and after the last step), `FRSCallback` samples `n_traces` completions for
 each of the first `n_problems` problems of `eval_dataset` with the live policy, through the trainer's own generation
-path (`procrl.evals.frs.sampling.generate_traces`: `procrl.generation.render_prompts` + `generate_completions`
-with `trainer.generation_config`, i.e. the GRPO sampling settings). Confidences come from that generation's own raw
-logits (`completion_logps`, T = 1): no second forward pass. It then computes FRS (`procrl.evals.frs.compute_frs`,
-with `FRSConfig.judge_sees_correctness` deciding whether the judge sees the answer check) with the judge and logs
-
-    frs/score, frs/at_k/<K>, frs/accuracy, frs/accuracy_kept, frs/selection_gain, frs/rs_auc, frs/unscored,
-    frs/judged, frs/mean_confidence, and, when the judge returns log-probs for every scored trace, their RS_expected
-    twins frs/score_expected, frs/at_k_expected/<K>, frs/selection_gain_expected, frs/rs_expected_auc
-    (`FRSReport.metrics`; a metric without a value is left out)
-
-plus a wandb table `frs/traces` of the judged traces (problem, trace, confidence, the four scores, RS, RS_expected,
-correct) when wandb is active (also offline), and writes `frs_step<N>.json` (report + every trace) into
-`args.output_dir` whatever `report_to` is.
+path (`procrl.evals.frs.sampling.generate_traces`, with `trainer.generation_config`, i.e. the GRPO sampling
+settings); confidences come from that generation's own raw logits (`completion_logps`, T = 1). It computes FRS
+(`procrl.evals.frs.compute_frs`) and logs `FRSReport.metrics` (`frs/score`, `frs/at_k/<K>`, `frs/accuracy`, ...;
+a metric without a value is left out), a wandb table `frs/traces` of the judged traces when wandb is active (also
+offline), and writes `frs_step<N>.json` (report + every trace) into `args.output_dir` whatever `report_to` is.
 
 How it logs (transformers 5.24 / TRL 1.16). Callback events do not receive the trainer, so the callback keeps a
 reference to it, as TRL's own `LogCompletionsCallback` does (trl/trainer/callbacks.py:268-300). The metrics go
@@ -65,14 +54,15 @@ from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
 from trl.models import unwrap_model_for_generation
 
-from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset
+from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset, parse_eval_set
 from procrl.evals.frs import FRSConfig, FRSReport, Trace, compute_frs
 from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
 from procrl.evals.frs.sampling import generate_traces
+from procrl.evals.frs.traces import trace_table
 from procrl.evals.stats import format_estimate
 from procrl.judges import Judge, JudgeArguments
 from procrl.judges.spec import open_judge_from
-from procrl.trainers.tasks.arguments import FRSCallbackArguments, parse_eval_set
+from procrl.trainers.tasks.arguments import FRSCallbackArguments
 from procrl.utils import get_logger, json_safe
 
 logger = get_logger(__name__)
@@ -341,22 +331,8 @@ class FRSCallback(TrainerCallback):
 
         if wandb.run is None:
             return
-        # rs_expected: RS from the G-Eval expected scores (None without the judge's probabilities)
-        columns = ["problem_id", "problem", "trace", "confidence", "faithfulness", "utility", "coherence",
-                   "factuality", "rs", "rs_expected", "correct"]  # fmt: skip
+        columns, rows = trace_table(traces)
         table = wandb.Table(columns=columns)
-        for t in traces:
-            if t.scores is None and t.unscored is None:  # not judged
-                continue
-            scores = t.scores or {}
-            table.add_data(
-                t.problem_id,
-                t.problem,
-                t.completion,
-                t.confidence,
-                *(scores.get(name) for name in ("faithfulness", "utility", "coherence", "factuality")),
-                t.rs,
-                t.rs_expected,
-                t.correct,
-            )
+        for row in rows:
+            table.add_data(*row)
         wandb.log({"frs/traces": table, "train/global_step": step})

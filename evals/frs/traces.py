@@ -23,7 +23,7 @@ from typing import Any
 from procrl.evals.frs.judging import reasoning_score
 from procrl.utils import json_safe
 
-__all__ = ["FRSReport", "Trace", "read_traces", "write_traces"]
+__all__ = ["FRSReport", "Trace", "read_traces", "trace_table", "write_traces"]
 
 
 
@@ -201,3 +201,25 @@ def read_traces(path: str | Path) -> list[Trace]:
         except (ValueError, TypeError, AttributeError) as error:
             raise ValueError(f"{path}:{number} is not an FRS trace ({type(error).__name__}: {error})") from None
     return traces
+
+
+def trace_table(traces: Iterable[Trace]) -> tuple[list[str], list[list[Any]]]:
+    """(columns, rows) of the judged traces, one row each (problem, trace, confidence, the four scores, RS, RS from the
+    G-Eval expected scores (None without the judge's probabilities), correctness); traces never judged are left
+    out. The FRS callback's wandb table `frs/traces`.
+
+    >>> judged = Trace("p", "q", "c", "7", True, 0.5, 3, scores={"faithfulness": 5, "utility": 5, "coherence": 5,
+    ...     "factuality": 5})
+    >>> trace_table([judged, Trace("p", "q", "d", "7", False, 0.2, 3)])[1]   # the second was never judged
+    [['p', 'q', 'c', 0.5, 5, 5, 5, 5, 100.0, None, True]]
+    """
+    columns = ["problem_id", "problem", "trace", "confidence", "faithfulness", "utility", "coherence",
+               "factuality", "rs", "rs_expected", "correct"]  # fmt: skip
+    rows = []
+    for t in traces:
+        if t.scores is None and t.unscored is None:  # not judged
+            continue
+        scores = t.scores or {}
+        dims = [scores.get(name) for name in ("faithfulness", "utility", "coherence", "factuality")]
+        rows.append([t.problem_id, t.problem, t.completion, t.confidence, *dims, t.rs, t.rs_expected, t.correct])
+    return columns, rows

@@ -7,7 +7,8 @@ import itertools
 
 import pytest
 
-from procrl.trainers.tasks.arguments import FRSCallbackArguments, MathTaskArguments, parse_eval_set
+from procrl.data_builders.datasets import parse_eval_set
+from procrl.trainers.tasks.arguments import FRSCallbackArguments, MathTaskArguments
 
 
 def _old_math(spec):  # trainers/tasks/arguments.py before the merge

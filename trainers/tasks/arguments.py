@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from procrl.data_builders.datasets import BUILTIN_DATASETS
+from procrl.data_builders.datasets import BUILTIN_DATASETS, parse_eval_set
 from procrl.evals.frs.arguments import FRSArguments
 from procrl.judges import JudgeArguments
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
@@ -32,48 +32,11 @@ __all__ = [
     "GRPOScriptArguments",
     "MathTaskArguments",
     "SearchTaskArguments",
-    "parse_eval_set",
 ]
 
 SEARCH_TEMPLATES = ("search_one_shot", "one_shot", "search", "zero_shot")  # prompt_template names of task=search
 # task name -> the opener of its task module (`procrl.trainers.tasks.math` / `.search`), imported when a run uses it
 TASKS = {"math": "procrl.trainers.tasks.math:open_math_task", "search": "procrl.trainers.tasks.search:open_search_task"}
-
-
-def parse_eval_set(spec: str, *, with_tokens: bool = True) -> tuple[str, int, int | None, int | None]:
-    """'svamp:700:850:96' -> ('svamp', 700, 850, 96): an evaluation set as name:start:end[:max_new_tokens].
-
-    The one parser of both forms:
-        with_tokens=True (task=math `eval_sets`): name[:start[:end[:max_new_tokens]]], integers; an empty `start`
-            is 0, an empty `end` None (all rows), and tokens default to 256.
-        with_tokens=False (FRS problems, `frs_eval_set` of `FRSCallbackArguments`):
-            name[:start[:end]], digits only; tokens are None.
-
-    Raises:
-        ValueError: not name[:start[:end[:max_new_tokens]]], or a part that is not an integer (with_tokens=False:
-            not name[:start[:end]] with digits only).
-
-    >>> parse_eval_set("svamp:700:850:96"), parse_eval_set("gsm8k::10")
-    (('svamp', 700, 850, 96), ('gsm8k', 0, 10, 256))
-    >>> parse_eval_set("gsm8k:0:10", with_tokens=False), parse_eval_set("svamp", with_tokens=False)
-    (('gsm8k', 0, 10, None), ('svamp', 0, None, None))
-    """
-    parts = spec.split(":")
-    if with_tokens:
-        if not 1 <= len(parts) <= 4 or not parts[0]:
-            raise ValueError(f"eval set {spec!r} must look like name:start:end:max_new_tokens, e.g. svamp:700:850:96")
-        integers = f"eval set {spec!r}: start, end and max_new_tokens must be integers"
-    else:
-        integers = f"frs_eval_set must look like name:start:end, e.g. gsm8k:0:10; got {spec!r}"
-        if not 1 <= len(parts) <= 3 or not parts[0] or not all(p.isdigit() for p in parts[1:] if p):
-            raise ValueError(integers)
-    try:
-        start = int(parts[1]) if len(parts) > 1 and parts[1] else 0
-        end = int(parts[2]) if len(parts) > 2 and parts[2] else None
-        tokens = (int(parts[3]) if len(parts) > 3 and parts[3] else 256) if with_tokens else None
-    except ValueError as err:
-        raise ValueError(integers) from err
-    return parts[0], start, end, tokens
 
 
 @dataclass

@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from procrl.data_builders.datasets import load_math_dataset, resolve_template
+from procrl.data_builders.datasets import load_math_dataset, parse_eval_set, resolve_template
 from procrl.rewards.outcome import get_outcome_reward
-from procrl.trainers.tasks.arguments import MathTaskArguments, parse_eval_set
+from procrl.trainers.tasks.arguments import MathTaskArguments
 
 __all__ = ["MathTask", "open_math_task"]
 
