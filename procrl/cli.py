@@ -18,9 +18,9 @@ procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PA
                              selection method from the same samples (run.json, problems.jsonl, table.md, curves.png)
 procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp [--output-dir D]
                              PUM-guided step beam search: accuracy table (run.json, problems.jsonl)
-procrl frs --model default --dataset gsm8k --n 16 --k 10 --judge local
-                             offline Filtered Reasoning Score of a model on a benchmark (frs.json, frs.png)
-procrl frs-compare A/frs.json B/frs.json --output-dir D
+procrl frs --model default --dataset gsm8k --frs-traces 16 --frs-k-percent 10 --judge local
+                             offline Filtered Reasoning Score of a model on a benchmark (run.json, frs.png)
+procrl frs compare RUN_DIR RUN_DIR... --output-dir D
                              models ranked by accuracy and by FRS@K per benchmark, with intervals and inversions
 procrl stepgap-eval --data annotated.jsonl --judge local
                              StepGap verifier metrics and stage ablations on an annotated set
