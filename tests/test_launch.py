@@ -10,9 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from wandb_service import WANDB_SERVICE_ENV  # tests/helpers
-
-from procrl.experiment.run_records import load_wandb_run
+from wandb_service import WANDB_SERVICE_ENV, wandb_records, wandb_summary  # tests/helpers
 
 pytestmark = pytest.mark.slow  # every test here starts a subprocess
 
@@ -80,9 +78,9 @@ def test_python_train_grpo_with_wandb_offline(tmp_path, tiny_model_dir):
     assert Path(wandb_dir).is_dir()
     assert "accuracy [95% CI]" in proc.stdout and f"sync later with: wandb sync {wandb_dir}" in proc.stdout
     # one wandb run, finished by procrl.experiment.tracking after the record's metrics went into its summary
-    wandb_run = load_wandb_run(wandb_dir)
-    assert wandb_run["status"] == "finished"
-    assert wandb_run["metrics"]["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])
+    records = wandb_records(wandb_dir)
+    assert [r.exit.exit_code for r in records if r.WhichOneof("record_type") == "exit"] == [0]
+    assert wandb_summary(records)["task/accuracy"] == pytest.approx(record["metrics"]["task/accuracy"])
 
 
 def test_accelerate_launch(tmp_path, tiny_model_dir):

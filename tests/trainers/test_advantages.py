@@ -478,10 +478,3 @@ if __name__ == "__main__":  # one rank of the two-process test (see the module d
     rank = int(os.environ.get("RANK", "0"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps({"world": world, "advantages": advantages}))
-
-
-def test_old_step_rewards_path_warns_and_returns_the_core_class():
-    import procrl.trainers.advantages as advantages
-
-    with pytest.warns(DeprecationWarning, match="procrl.step_rewards.StepRewards"):
-        assert advantages.StepRewards is StepRewards
