@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import math
 import os
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +122,29 @@ def default_wandb_offline(report_to: Sequence[str] | None) -> None:
         return
     os.environ["WANDB_MODE"] = "offline"
     get_logger(__name__).warning("No wandb credentials found: logging to wandb in offline mode (WANDB_MODE=offline).")
+
+
+def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """`__getattr__` and `__dir__` for a package whose public names are imported from their module on first use
+    (PEP 562), so importing one light module of the package loads none of the others.
+
+    Args:
+        package: the package's `__name__`.
+        exports: public name -> the module in `package` that defines it.
+
+    Usage, in the package's `__init__.py`: `__getattr__, __dir__ = lazy_exports(__name__, EXPORTS)`. The returned
+    `__getattr__` raises `AttributeError` for a name not in `exports`.
+    """
+    module = sys.modules[package]
+
+    def __getattr__(name: str) -> Any:
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        setattr(module, name, value)  # later lookups are plain attribute reads
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted([*vars(module), *exports])
+
+    return __getattr__, __dir__

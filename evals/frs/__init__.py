@@ -52,8 +52,7 @@ The names below are imported from their module on first use (PEP 562): `procrl.e
 every FRS user parses) loads no judge.
 """
 
-import importlib
-from typing import Any
+from procrl.utils import lazy_exports
 
 # public name -> its module in this package
 _EXPORTS = {
@@ -82,15 +81,4 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """`procrl.evals.frs.<name>`: the public name, imported from its module (`_EXPORTS`) on first use."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

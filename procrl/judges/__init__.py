@@ -36,8 +36,7 @@ The names below are imported from their module on first use (PEP 562), so import
 (every command's parser) loads no backend.
 """
 
-import importlib
-from typing import Any
+from procrl.utils import lazy_exports
 
 # public name -> its module in this package
 _EXPORTS = {
@@ -62,15 +61,4 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    """`procrl.judges.<name>`: the public name, imported from its module (`_EXPORTS`) on first use."""
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
