@@ -1,8 +1,8 @@
 """The import contract of the package layout (docs/architecture.md "Layers"), checked on the source with `ast`.
 
-Layers, lowest first (docs/architecture.md): core (`procrl/` outside `procrl/experiment/` and `procrl/scripts/`) <
-`procrl.rewards` < `procrl.data_builders` < `procrl.evals` < `procrl.experiment` (run records, provenance, sweeps,
-reports) < `procrl.trainers` < scripts (`procrl/scripts/`, `procrl/cli.py` and the root launchers). A module imports only from
+Layers, lowest first (docs/architecture.md "Layers"): core (`procrl/` outside `procrl/scripts/`, run records,
+provenance and sweeps in `procrl/experiment/` included) < `procrl.rewards` < `procrl.data_builders` < `procrl.evals`
+(reports too) < `procrl.trainers` < scripts (`procrl/scripts/`, `procrl/cli.py` and the root launchers). A module imports only from
 its own layer or a lower one, at module top; imports inside functions count too (they would hide an upward
 dependency), and remain only for an optional heavy dependency, marked by a comment. Entry points (`def main`,
 `make_parser`, argparse, `if __name__ == "__main__"`) live in the scripts layer only, and library code logs instead
@@ -28,7 +28,7 @@ FOLDERS = {
     "evals": "procrl.evals",
     "trainers": "procrl.trainers",
 }
-RANK = {"core": 0, "rewards": 1, "data_builders": 2, "evals": 3, "experiment": 4, "trainers": 5, "scripts": 6}
+RANK = {"core": 0, "rewards": 1, "data_builders": 2, "evals": 3, "trainers": 4, "scripts": 5}
 # optional dependencies that only some commands need and that are slow or absent: the only function-local imports
 OPTIONAL_HEAVY = {"vllm", "deepspeed", "matplotlib", "wandb", "llguidance", "lmformatenforcer", "xgrammar"}
 MAX_CODE_LINES = 400  # code lines: not blank, not a comment, not a docstring (issue 26: split by concept, not by prose)
@@ -45,7 +45,7 @@ def layer_of_module(module: str) -> str | None:
     parts = module.split(".")
     if parts[0] != "procrl":
         return None
-    if len(parts) > 1 and parts[1] in ("rewards", "data_builders", "evals", "experiment", "trainers"):
+    if len(parts) > 1 and parts[1] in ("rewards", "data_builders", "evals", "trainers"):
         return parts[1]
     if len(parts) > 1 and parts[1] in ("scripts", "cli", "__main__"):
         return "scripts"
@@ -174,7 +174,9 @@ def test_the_scan_sees_each_kind_of_violation(tmp_path, monkeypatch):
     (tmp_path / "procrl" / "prose.py").write_text(long_docstring * 2)  # 4 code lines, 2 * (MAX_CODE_LINES + 2) prose
     (tmp_path / "procrl" / "big.py").write_text('"""Doc.\n\nmore doc\n"""\n\n' + "x = 1\n" * (MAX_CODE_LINES + 1))
     (tmp_path / "procrl" / "experiment").mkdir()
-    (tmp_path / "procrl" / "experiment" / "rec.py").write_text("from procrl.evals import stats\nfrom procrl.trainers import grpo\n")
+    (tmp_path / "procrl" / "experiment" / "rec.py").write_text(
+        "from procrl.evals import stats\nfrom procrl.trainers import grpo\n"
+    )
     (tmp_path / "rewards" / "ok.py").write_text(
         "from procrl import utils\nfrom . import other\nfrom procrl.evals import stats\n"
     )
@@ -185,7 +187,8 @@ def test_the_scan_sees_each_kind_of_violation(tmp_path, monkeypatch):
     found = scan()
     assert found["upward"] == [
         "procrl/bad.py:1 (core) imports procrl.trainers",
-        "procrl/experiment/rec.py:2 (experiment) imports procrl.trainers",
+        "procrl/experiment/rec.py:1 (core) imports procrl.evals",
+        "procrl/experiment/rec.py:2 (core) imports procrl.trainers",
         "rewards/ok.py:3 (rewards) imports procrl.evals",
         "trainers/up.py:3 (trainers) imports procrl.scripts",
     ]

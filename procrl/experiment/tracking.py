@@ -334,7 +334,7 @@ class TrackedRun:
 
 def is_number(value: Any) -> bool:
     """Whether `value` is a finite int or float and not a bool: the one test of what counts as a metric value in a
-    run record (this module writes them, procrl.experiment.run_records and procrl.experiment.run_report read them).
+    run record (this module writes them, procrl.experiment.run_records and procrl.evals.run_report read them).
 
     >>> [is_number(v) for v in (3, 0.5, True, float("nan"), float("inf"), "1", None)]
     [True, True, False, False, False, False, False]

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from trl import TrlParser
 
+from procrl.evals.run_report import format_report, format_table, group_variants, plot_curves
 from procrl.experiment.run_records import load_runs, sweep_metric
-from procrl.experiment.run_report import format_report, format_table, group_variants, plot_curves
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,

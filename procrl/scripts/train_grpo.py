@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 
-from procrl.experiment.reporting import format_table
+from procrl.evals.reporting import format_table
 from procrl.experiment.tracking import history_from_log, track_run
 from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 from procrl.trainers.tasks.job import JOB_ARGUMENTS, GRPOJob, run_grpo_job
@@ -74,7 +74,7 @@ def parse_args(argv: list[str] | None = None) -> GRPOJob:
 
 def format_summary(summary: dict, files: dict[str, str]) -> str:
     """The report of a GRPO run that `main` prints: model, data, steps and wall time, rewards and weights, the
-    before/after table (`procrl.experiment.reporting.format_table`), the files (role: path), total wall time.
+    before/after table (`procrl.evals.reporting.format_table`), the files (role: path), total wall time.
 
     Args:
         summary: the job's summary (`procrl.trainers.tasks.job.GRPOResult.summary`, the run record's `result`).

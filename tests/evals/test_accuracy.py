@@ -6,8 +6,8 @@ import pytest
 from datasets import Dataset
 
 from procrl.evals.accuracy import evaluate, wilson_interval
+from procrl.evals.reporting import format_table
 from procrl.evals.stats import MISSING
-from procrl.experiment.reporting import format_table
 
 
 @pytest.mark.parametrize(

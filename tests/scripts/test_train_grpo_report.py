@@ -1,5 +1,5 @@
 """The report `train_grpo.py` prints (`procrl.scripts.train_grpo.format_summary`): model, data, steps, rewards, the
-step scorer, the before/after table (`procrl.experiment.reporting.format_table`) and the files."""
+step scorer, the before/after table (`procrl.evals.reporting.format_table`) and the files."""
 
 from procrl.evals.stats import MISSING
 from procrl.scripts.train_grpo import format_summary, run_metrics

@@ -23,8 +23,8 @@ from typing import NamedTuple
 from trl import ModelConfig, get_peft_config
 
 from procrl.evals.accuracy import evaluate
+from procrl.evals.reporting import finish_wandb_run, plot_curves
 from procrl.evals.stats import format_estimate
-from procrl.experiment.reporting import finish_wandb_run, plot_curves
 from procrl.models import load_policy
 from procrl.trainers.advantages import func_name
 from procrl.trainers.grpo import ProcessGRPOConfig, ProcessGRPOTrainer

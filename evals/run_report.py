@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from procrl.evals.figures import figure
+from procrl.evals.reporting import CURVE_KEYS
 from procrl.evals.stats import MISSING, mean_std, wilson_interval
 from procrl.evals.tables import markdown_table
-from procrl.experiment.reporting import CURVE_KEYS
 from procrl.experiment.sweeps import variant_name
 from procrl.experiment.tracking import is_number
 from procrl.utils import get_logger

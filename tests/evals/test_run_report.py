@@ -1,4 +1,4 @@
-"""procrl.experiment.run_records (run.json files) and procrl.experiment.run_report (variants, table, plots) on
+"""procrl.experiment.run_records (run.json files) and procrl.evals.run_report (variants, table, plots) on
 hand-written records: grouping by parameters without the seed, mean ± sample std and Wilson intervals against
 hand-computed values, "–" for what was not measured, unfinished runs marked, the plots written. The statistics
 themselves: tests/evals/test_stats.py."""
@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from procrl.experiment.run_records import load_runs, sweep_metric
-from procrl.experiment.run_report import (
+from procrl.evals.run_report import (
     MISSING,
     format_report,
     format_table,
@@ -21,6 +20,7 @@ from procrl.experiment.run_report import (
     plot_curves,
     series,
 )
+from procrl.experiment.run_records import load_runs, sweep_metric
 from procrl.experiment.tracking import is_number
 
 # ----------------------------------------------------------------------------------------------------------------------
