@@ -10,6 +10,7 @@ import custom_rewards
 import pytest
 import yaml
 
+from procrl.rewards.placebo import ShuffledReward, ShuffledStepRewards
 from procrl.scripts import train_grpo
 from procrl.trainers.tasks.job import make_rewards
 
@@ -37,6 +38,29 @@ def test_the_import_paths_build_the_very_objects(tmp_path):
     funcs, weights, step_scorer = make_rewards(job)
     assert funcs[1] is custom_rewards.token_count_reward and weights == [1.0, 0.0]
     assert step_scorer is custom_rewards.halves_step_scorer
+
+
+def test_shuffled_names_build_the_placebos_of_the_same_objects(tmp_path):
+    argv = ["--config", str(_config(tmp_path)), "--output_dir", str(tmp_path / "out"), "--placebo_seed", "5",
+            "--reward_funcs", "outcome", f"shuffled:{REWARD}", "--step_reward_func", f"shuffled:{SCORER}"]  # fmt: skip
+    funcs, _, step_scorer = make_rewards(train_grpo.parse_args(argv))
+    assert isinstance(funcs[1], ShuffledReward) and funcs[1].func is custom_rewards.token_count_reward
+    assert isinstance(step_scorer, ShuffledStepRewards) and step_scorer.func is custom_rewards.halves_step_scorer
+    assert funcs[1].seed == 5 and funcs[1].__name__ == "shuffled_token_count_reward"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--reward_funcs", "shuffled:nope"], "unknown reward function 'nope'"),
+        (["--reward_funcs", "outcome", "--step_reward_func", "shuffled:outcome"], "not a step scorer"),
+        (["--reward_funcs", "outcome", "shuffled:pum"], "need a Prefix Utility Model"),
+    ],
+)
+def test_shuffled_names_are_checked_like_their_rewards(tmp_path, flags, message):
+    argv = ["--config", str(_config(tmp_path)), "--output_dir", str(tmp_path / "out"), "--step_reward_func", SCORER]
+    with pytest.raises(ValueError, match=message):
+        train_grpo.parse_args([*argv, *flags])
 
 
 @pytest.mark.slow  # trains

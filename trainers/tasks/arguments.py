@@ -23,7 +23,7 @@ from procrl.evals.frs.arguments import FRSArguments
 from procrl.judges import JudgeArguments
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
-from procrl.trainers.tasks.rewards import PUM_REWARDS, check_reward_names
+from procrl.trainers.tasks.rewards import PUM_REWARDS, check_reward_names, split_placebo
 
 __all__ = [
     "SEARCH_TEMPLATES",
@@ -78,7 +78,8 @@ class GRPOScriptArguments:
             "help": "Scalar rewards, one reward_weights entry each: registry names (task=math: outcome, picsar_bonus; "
             "pum, pum_min, pum_last with pum_model; task=search: em, stepgap) or import paths "
             "'package.module:name' of your own TRL reward functions f(prompts, completions, **kwargs) -> "
-            "list[float | None]."
+            "list[float | None]. Prefix any name with 'shuffled:' for its placebo (the same values shuffled within the "
+            "batch, procrl.rewards.placebo), e.g. [outcome, 'shuffled:pum']."
         },
     )
     step_reward_func: str | None = field(
@@ -88,8 +89,11 @@ class GRPOScriptArguments:
             "refused with outcome): 'pum' (task=math, per-step PUM increments; needs pum_model), 'stepgap' "
             "(task=search) or an import path 'package.module:name' of your own f(prompts, completions, "
             "completion_ids, **kwargs) -> list[procrl.step_rewards.StepRewards | None]. Not a scalar reward: it has "
-            "no reward_weights entry."
+            "no reward_weights entry. 'shuffled:<name>' is its placebo (the batch's step values shuffled)."
         },
+    )
+    placebo_seed: int = field(
+        default=0, metadata={"help": "Seed of the permutations of the 'shuffled:' placebo rewards (reproducible runs)."}
     )
     answer_extraction: str = field(
         default="strict",
@@ -150,7 +154,8 @@ class GRPOScriptArguments:
         if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
             raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
         check_reward_names(self.task, self.reward_funcs, self.step_reward_func)
-        uses_pum = [name for name in [*self.reward_funcs, self.step_reward_func] if name in PUM_REWARDS]
+        names = [split_placebo(name)[0] for name in [*self.reward_funcs, self.step_reward_func] if name is not None]
+        uses_pum = [name for name in names if name in PUM_REWARDS]
         if uses_pum and not self.pum_model:
             raise ValueError(
                 f"the PUM rewards {uses_pum} need a Prefix Utility Model: set pum_model to a train_pum.py output "
@@ -196,9 +201,12 @@ class SearchTaskArguments(JudgeArguments):
             "Search-R1-style retrieval server (http://127.0.0.1:8000, POST /retrieve)."
         },
     )
-    search_topk: int = field(default=3, metadata={"help": "task=search: passages per search (docs/architecture.md 'Retrieval' default 3)."})
+    search_topk: int = field(
+        default=3, metadata={"help": "task=search: passages per search (docs/architecture.md 'Retrieval' default 3)."}
+    )
     search_max_turns: int = field(
-        default=4, metadata={"help": "task=search: executed searches per episode (docs/architecture.md 'Retrieval' default 4)."}
+        default=4,
+        metadata={"help": "task=search: executed searches per episode (docs/architecture.md 'Retrieval' default 4)."},
     )
     nli: str = field(
         default="judge",

@@ -19,6 +19,10 @@ never called to build one (give it settings with a module-level instance or `fun
   `StepRewards` (per-step values, token boundaries into `completion_ids`) or None per completion. It has no
   `reward_weights` entry; `process_alpha` mixes it with the outcome advantage in mixed mode.
 
+A placebo arm names any of these with the prefix `shuffled:` (`shuffled:pum`, `shuffled:pkg.mod:obj`): the same
+reward with its values shuffled within the batch (`procrl.rewards.placebo`), in `reward_funcs` or as
+`step_reward_func`.
+
 Import paths are resolved when the settings are parsed (`check_reward_names`, from `GRPOScriptArguments`): one
 that does not import, or names something that is not callable, is a `ValueError` naming the setting, the path and
 the failure, before any model loads.
@@ -31,7 +35,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from procrl.rewards.placebo import ShuffledReward, ShuffledStepRewards
+
 __all__ = [
+    "PLACEBO_PREFIX",
     "PUM_REWARDS",
     "REWARDS",
     "Build",
@@ -40,6 +47,7 @@ __all__ = [
     "build_rewards",
     "check_reward_names",
     "is_import_path",
+    "split_placebo",
     "resolve_import_path",
 ]
 
@@ -131,6 +139,20 @@ REWARDS: dict[str, RewardEntry] = {
 PUM_REWARDS = ("pum", "pum_min", "pum_last")  # the names that need pum_model
 
 
+PLACEBO_PREFIX = "shuffled:"
+
+
+def split_placebo(name: str) -> tuple[str, bool]:
+    """`(the reward's own name, whether it is the placebo)`: `shuffled:<name>` names `<name>`'s placebo.
+
+    >>> split_placebo("shuffled:pum"), split_placebo("outcome")
+    (('pum', True), ('outcome', False))
+    """
+    if name.startswith(PLACEBO_PREFIX):
+        return name[len(PLACEBO_PREFIX) :], True
+    return name, False
+
+
 def is_import_path(name: str) -> bool:
     """Whether a `reward_funcs` / `step_reward_func` name is an import path ("." or ":") rather than a registry
     name."""
@@ -173,6 +195,8 @@ def check_reward_names(task: str, reward_funcs: Sequence[str], step_reward_func:
             build, the same name in both settings (it would count twice), or an import path as
             `resolve_import_path` refuses it.
     """
+    reward_funcs = [split_placebo(name)[0] for name in reward_funcs]
+    step_reward_func = None if step_reward_func is None else split_placebo(step_reward_func)[0]
     own = sorted(name for name, entry in REWARDS.items() if entry.task == task)
     scorers = sorted(name for name, entry in REWARDS.items() if entry.task == task and entry.step is not None)
     if not reward_funcs:
@@ -222,17 +246,24 @@ def build_rewards(script_args, task, weights: Sequence[float] | None) -> RewardS
     Raises:
         ValueError: a weight count that does not match `reward_funcs`, or an import path that no longer resolves.
     """
-    funcs = [
-        resolve_import_path(name, "reward_funcs") if is_import_path(name) else REWARDS[name].scalar(script_args, task)
-        for name in script_args.reward_funcs
-    ]
-    name = script_args.step_reward_func
-    if name is None:
-        step_reward_func = None
-    elif is_import_path(name):
-        step_reward_func = resolve_import_path(name, "step_reward_func")
-    else:
-        step_reward_func = REWARDS[name].step(script_args, task)
+    funcs = []
+    for spelled in script_args.reward_funcs:
+        name, placebo = split_placebo(spelled)
+        func = (
+            resolve_import_path(name, "reward_funcs")
+            if is_import_path(name)
+            else REWARDS[name].scalar(script_args, task)
+        )
+        funcs.append(ShuffledReward(func, seed=script_args.placebo_seed) if placebo else func)
+    step_reward_func = None
+    if script_args.step_reward_func is not None:
+        name, placebo = split_placebo(script_args.step_reward_func)
+        if is_import_path(name):
+            step_reward_func = resolve_import_path(name, "step_reward_func")
+        else:
+            step_reward_func = REWARDS[name].step(script_args, task)
+        if placebo:
+            step_reward_func = ShuffledStepRewards(step_reward_func, seed=script_args.placebo_seed)
     weights = [1.0] * len(funcs) if weights is None else list(weights)
     if len(weights) != len(funcs):
         raise ValueError(
