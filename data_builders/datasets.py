@@ -13,6 +13,11 @@ Every loader returns a `datasets.Dataset` with exactly these columns (in this or
 - `question`: the plain problem text (no template).
 - `solution`: the reference solution text, "" when the source has none (SVAMP).
 
+Generated arithmetic sets (`procrl.data_builders.arithmetic`), named like "arith-ops3-d2-test" (grammar:
+`procrl.data_builders.arithmetic.SPEC_GRAMMAR`), have these columns plus `gold_steps` (`ARITH_FEATURES`): the gold
+steps as JSON, read by the step oracle. Their `source` is "arith", `answer` the final result, `solution` the clean
+or (name part `corrupted`) corrupted trace.
+
     >>> ds = load_math_dataset("svamp", start=0, end=2)
     >>> ds[0]["problem_id"], ds[0]["answer"]
     ('svamp/chal-1', '51')
@@ -36,6 +41,7 @@ from typing import Any
 
 import datasets
 
+from procrl.data_builders.arithmetic import ARITH_SOURCE, is_arithmetic_spec, parse_arithmetic_spec
 from procrl.data_builders.prompts import (
     ANSWER_INSTRUCTION,
     ONE_SHOT_TEMPLATE,
@@ -45,12 +51,14 @@ from procrl.data_builders.prompts import (
     resolve_template,
     validate_template,
 )
+from procrl.rewards.oracle.gold import GOLD_STEPS_COLUMN
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
 __all__ = [
     "ANSWER_INSTRUCTION",
+    "ARITH_FEATURES",
     "BUILTIN_DATASETS",
     "BuiltinDataset",
     "ONE_SHOT_TEMPLATE",
@@ -82,6 +90,8 @@ SCHEMA_FEATURES = datasets.Features(
         "solution": datasets.Value("string"),
     }
 )
+# the arith sets' columns: the schema, then the gold steps as JSON (procrl.rewards.oracle.gold)
+ARITH_FEATURES = datasets.Features({**SCHEMA_FEATURES, GOLD_STEPS_COLUMN: datasets.Value("string")})
 
 
 def format_answer(value: Any) -> str:
@@ -194,12 +204,15 @@ def load_math_dataset(
 
     Args:
         name_or_path: a built-in name ("gsm8k": the GSM8K test split, "svamp", "math500"), which reads the
-            shipped file; otherwise a local .json/.jsonl/.parquet/.csv file, a local directory, or a Hub dataset
-            name, read with `datasets.load_dataset`. Built-in names win over a same-named folder: write
+            shipped file; a generated arithmetic set, "arith-..." (`procrl.data_builders.arithmetic.SPEC_GRAMMAR`,
+            e.g. "arith-ops3-d2-test"), whose rows also carry `gold_steps`; otherwise a local
+            .json/.jsonl/.parquet/.csv file, a local directory, or a Hub dataset name, read with
+            `datasets.load_dataset`. Built-in and arith names win over a same-named file or folder: write
             "./gsm8k" to load a local folder called gsm8k.
         split: split to read; default "train" for other data. Built-ins accept None or their shipped split
-            ("test" for gsm8k and math500, "all" for svamp).
-        start, end: 0-based row range `[start, end)` in file order; `end=None` means to the last row.
+            ("test" for gsm8k and math500, "all" for svamp); arith sets None or the split their name gives.
+        start, end: 0-based row range `[start, end)` in file order; `end=None` means to the last row (for an
+            arith set, its `n<N>` problems).
         prompt_template: a user-message string containing `{question}`, or chat messages (few-shot turns) whose
             last user message contains it (default: ONE_SHOT_TEMPLATE).
         question_column, answer_column: columns of other data that hold the problem text and the gold answer.
@@ -211,11 +224,12 @@ def load_math_dataset(
 
     Raises:
         ValueError: a template without `{question}`, a missing column, an out-of-range or empty row range,
-            an unknown split of a built-in, or an empty question.
+            an unknown split of a built-in, an empty question, or an arith name outside its grammar.
     """
     validate_template(prompt_template)
-    if name_or_path in BUILTIN_DATASETS:
-        dataset = _load_builtin(name_or_path, split, start, end, prompt_template)
+    if name_or_path in BUILTIN_DATASETS or is_arithmetic_spec(name_or_path):
+        load = _load_arithmetic if is_arithmetic_spec(name_or_path) else _load_builtin
+        dataset = load(name_or_path, split, start, end, prompt_template)
         if (question_column, answer_column, id_column, solution_column) != ("question", "answer", None, None):
             logger.warning("Column arguments are ignored for the built-in data set %r.", name_or_path)
     else:
@@ -252,6 +266,31 @@ def _load_builtin(
         fields = spec.convert(json.loads(lines[row]), row)
         rows.append({"prompt": build_prompt(fields["question"], template), **fields})
     return datasets.Dataset.from_list(rows, features=SCHEMA_FEATURES)
+
+
+def _load_arithmetic(
+    name: str, split: str | None, start: int, end: int | None, template: PromptTemplate
+) -> datasets.Dataset:
+    spec = parse_arithmetic_spec(name)
+    if split not in (None, spec.split):
+        raise ValueError(
+            f"The arith set {name!r} is of the {spec.split!r} split (its name says so); got split={split!r}. "
+            "Pass split=None, and name the split in the set's name (arith-...-train, -dev or -test)."
+        )
+    start, end = _check_range(start, end, spec.n, name)
+    rows = [
+        {
+            "prompt": build_prompt(problem.question, template),
+            "answer": problem.answer,
+            "problem_id": problem.problem_id,
+            "source": ARITH_SOURCE,
+            "question": problem.question,
+            "solution": problem.trace(spec.trace),
+            GOLD_STEPS_COLUMN: problem.gold_steps_json,
+        }
+        for problem in spec.problems(end)[start:]  # prefix-stable: the first `end` problems are rows [0, end)
+    ]
+    return datasets.Dataset.from_list(rows, features=ARITH_FEATURES)
 
 
 def _load_external(
@@ -380,6 +419,8 @@ def parse_eval_set(spec: str, *, with_tokens: bool = True) -> tuple[str, int, in
     (('svamp', 700, 850, 96), ('gsm8k', 0, 10, 256))
     >>> parse_eval_set("gsm8k:0:10", with_tokens=False), parse_eval_set("svamp", with_tokens=False)
     (('gsm8k', 0, 10, None), ('svamp', 0, None, None))
+    >>> parse_eval_set("arith-ops3-d2-test:0:100:128")  # arith names (procrl.data_builders.arithmetic) hold no ":"
+    ('arith-ops3-d2-test', 0, 100, 128)
     """
     parts = spec.split(":")
     if with_tokens:
