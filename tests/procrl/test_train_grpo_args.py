@@ -80,7 +80,8 @@ def test_the_step_scorer_has_its_own_setting_and_no_weight(tmp_path):
 
 def test_the_step_scorer_and_advantage_mode_go_together(tmp_path):
     base = ["--config", str(DEMO), "--output_dir", str(tmp_path)]
-    with pytest.raises(ValueError, match="advantage_mode='process' needs a step scorer: set step_reward_func \\(pum,"):
+    needs = "advantage_mode='process' needs a step scorer: set step_reward_func \\(pum or oracle,"
+    with pytest.raises(ValueError, match=needs):
         parse_args([*base, "--advantage_mode", "process"])
     with pytest.raises(ValueError, match="step_reward_func='pum' is used only with advantage_mode process or mixed"):
         parse_args([*base, "--step_reward_func", "pum", "--pum_model", str(tmp_path)])

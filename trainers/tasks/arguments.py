@@ -76,7 +76,8 @@ class GRPOScriptArguments:
         default_factory=lambda: ["outcome", "picsar_bonus"],
         metadata={
             "help": "Scalar rewards, one reward_weights entry each: registry names (task=math: outcome, picsar_bonus; "
-            "pum, pum_min, pum_last with pum_model; task=search: em, stepgap) or import paths "
+            "pum, pum_min, pum_last with pum_model; oracle_process (ProcessAcc) and oracle (ProcessAcc minus "
+            "oracle_penalty after an error) on data with gold_steps; task=search: em, stepgap) or import paths "
             "'package.module:name' of your own TRL reward functions f(prompts, completions, **kwargs) -> "
             "list[float | None]. Prefix any name with 'shuffled:' for its placebo (the same values shuffled within the "
             "batch, procrl.rewards.placebo), e.g. [outcome, 'shuffled:pum']."
@@ -86,10 +87,10 @@ class GRPOScriptArguments:
         default=None,
         metadata={
             "help": "The step scorer behind the process advantages of advantage_mode process / mixed (required there, "
-            "refused with outcome): 'pum' (task=math, per-step PUM increments; needs pum_model), 'stepgap' "
-            "(task=search) or an import path 'package.module:name' of your own f(prompts, completions, "
-            "completion_ids, **kwargs) -> list[procrl.step_rewards.StepRewards | None]. Not a scalar reward: it has "
-            "no reward_weights entry. 'shuffled:<name>' is its placebo (the batch's step values shuffled)."
+            "refused with outcome): 'pum' (task=math, per-step PUM increments; needs pum_model), 'oracle' "
+            "(task=math on data with gold_steps: bounded per-step oracle rewards), 'stepgap' (task=search) or an "
+            "import path 'package.module:name' of your own f(prompts, completions, completion_ids, **kwargs) -> "
+            "list[procrl.step_rewards.StepRewards | None]. Not a scalar reward: it has no reward_weights entry. 'shuffled:<name>' is its placebo (the batch's step values shuffled)."
         },
     )
     placebo_seed: int = field(
@@ -114,6 +115,14 @@ class GRPOScriptArguments:
         },
     )
     pum_batch_size: int = field(default=16, metadata={"help": "Inputs per PUM forward pass."})
+    oracle_penalty: float = field(
+        default=0.5,
+        metadata={
+            "help": "The oracle reward and step scorer (not oracle_process): what the first wrong or ungrounded "
+            "step costs (>= 0); the oracle reward is ProcessAcc - oracle_penalty * [an error], in "
+            "[-oracle_penalty, 1]."
+        },
+    )
     picsar_evaluator: str | None = field(
         default=None, metadata={"help": "Model for PiCSAR's answer term; null = the live policy."}
     )
@@ -149,6 +158,8 @@ class GRPOScriptArguments:
             )
         if self.picsar_normalize not in ("mean", "sum"):
             raise ValueError(f"picsar_normalize must be 'mean' or 'sum', got {self.picsar_normalize!r}")
+        if not self.oracle_penalty >= 0:
+            raise ValueError(f"oracle_penalty must be >= 0 (0 = no penalty for errors), got {self.oracle_penalty}")
         if self.pum_batch_size < 1:
             raise ValueError(f"pum_batch_size must be >= 1, got {self.pum_batch_size}")
         if self.dataset_end is not None and self.dataset_end <= self.dataset_start:

@@ -4,7 +4,7 @@ become TRL reward functions and a step scorer (`build_rewards`).
 A registry entry (`RewardEntry`) names the task whose data the reward reads and, by import path, the library
 callable that builds it and the settings it is called with, so a module is imported only when a run names its reward
 (the outcome + PiCSAR demo never imports the PUM or StepGap code). The entries with a `step` build (`pum`,
-`stepgap`) may also be named as the run's step scorer.
+`stepgap`, `oracle`) may also be named as the run's step scorer.
 
 Your own reward or step scorer is named by import path instead: "package.module:name" (or "package.module.name";
 every name with "." or ":" is an import path, registry names have neither). The object there is used as it is,
@@ -116,11 +116,17 @@ def _stepgap(args, task) -> dict:
     return {"verifier": task.verifier, "config": task.reward_config}
 
 
+def _oracle(args, task) -> dict:
+    return {"penalty": args.oracle_penalty}
+
+
 _PUM = "procrl.rewards.pum_rewards"
 _STEPGAP = "procrl.rewards.stepgap.reward"
+_ORACLE = "procrl.rewards.oracle.scorer"
 
 # THE reward registry: name -> the task it serves and how it is built (the callable by import path, imported only
-# when a run names it, and its settings). `pum` and `stepgap` are also step scorers (their `step` build).
+# when a run names it, and its settings). `pum`, `stepgap` and `oracle` are also step scorers (their `step` build).
+# The oracle rewards need the `gold_steps` column of a step-checkable task (procrl.data_builders.arithmetic).
 REWARDS: dict[str, RewardEntry] = {
     "outcome": RewardEntry("math", Build("procrl.rewards.outcome:get_outcome_reward", _outcome)),
     "picsar_bonus": RewardEntry("math", Build("procrl.rewards.picsar:get_picsar_bonus", _picsar)),
@@ -134,6 +140,12 @@ REWARDS: dict[str, RewardEntry] = {
     "em": RewardEntry("search", Build("procrl.rewards.qa:em_reward")),
     "stepgap": RewardEntry(
         "search", Build(f"{_STEPGAP}:StepGapReward", _stepgap), step=Build(f"{_STEPGAP}:StepGapStepRewards", _stepgap)
+    ),
+    "oracle_process": RewardEntry("math", Build(f"{_ORACLE}:oracle_process_reward")),
+    "oracle": RewardEntry(
+        "math",
+        Build(f"{_ORACLE}:get_oracle_reward", _oracle),
+        step=Build(f"{_ORACLE}:get_oracle_step_rewards", _oracle),
     ),
 }
 PUM_REWARDS = ("pum", "pum_min", "pum_last")  # the names that need pum_model
@@ -188,7 +200,8 @@ def check_reward_names(task: str, reward_funcs: Sequence[str], step_reward_func:
     Args:
         task: "math" or "search".
         reward_funcs: registry names of `task` or import paths.
-        step_reward_func: None, a registry name of `task` with a step scorer (`pum`, `stepgap`) or an import path.
+        step_reward_func: None, a registry name of `task` with a step scorer (`pum`, `stepgap`, `oracle`) or an
+            import path.
 
     Raises:
         ValueError: no reward, a registry name of the other task or of no task, a step scorer name without a step
@@ -200,7 +213,8 @@ def check_reward_names(task: str, reward_funcs: Sequence[str], step_reward_func:
     own = sorted(name for name, entry in REWARDS.items() if entry.task == task)
     scorers = sorted(name for name, entry in REWARDS.items() if entry.task == task and entry.step is not None)
     if not reward_funcs:
-        raise ValueError(f"reward_funcs is empty: give at least one, e.g. [{own[0]}]")
+        first = next(name for name, entry in REWARDS.items() if entry.task == task)  # the task's basic reward
+        raise ValueError(f"reward_funcs is empty: give at least one, e.g. [{first}]")
     other = [name for name in reward_funcs if name in REWARDS and REWARDS[name].task != task]
     if other:
         fix = (
