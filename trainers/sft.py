@@ -16,7 +16,7 @@ TRL facts this relies on (trl 1.16.0, trl/trainer/sft_trainer.py):
   prompt + completion (l. 1323-1336), so the completion ends with the template's end-of-turn token (SmolLM2's EOS)
   and the policy learns to stop;
 - rows longer than `max_length` are cut (keep_start), and rows left with no completion token are dropped without a
-  word (l. 1434-1460): `prepare_sft` cannot know, so `train_sft` counts them and warns.
+  word (l. 1436-1463): `prepare_sft` cannot know, so `train_sft` counts them and warns.
 """
 
 from __future__ import annotations
