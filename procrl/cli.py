@@ -11,6 +11,9 @@ procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
                              PUM-Math preference pairs from student rollouts
 procrl train-pum --config configs/pum/train_gsm8k_smollm2.yaml
                              Prefix Utility Model with TRL's RewardTrainer (= python train_pum.py ...)
+procrl sft --config configs/sft/gsm8k_smollm2.yaml [--force true]
+                             warm start on gold traces with TRL's SFTTrainer (= python train_sft.py ...);
+                             prints the checkpoint, cached by content under $PROCRL_CACHE/sft/<key>
 
 evaluate
 procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PATH [--ks 1,2,4,8] [--output-dir D]
@@ -64,6 +67,10 @@ COMMANDS = {
         "build PUM-Math pairs; flags as in configs/pum/build_gsm8k.yaml",
     ),
     "train-pum": ("procrl.scripts.train_pum", "train a Prefix Utility Model (same flags as train_pum.py)"),
+    "sft": (
+        "procrl.scripts.sft",
+        "SFT warm start on gold traces (or a scratch: organism); checkpoints cached by content",
+    ),
     "frs": ("procrl.scripts.frs", "offline FRS of a model on a benchmark (procrl frs --help)"),
     "select": (
         "procrl.scripts.select",
@@ -81,7 +88,7 @@ COMMANDS = {
 
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
-    "train": ("demo", "train-grpo", "build-pum-data", "train-pum"),
+    "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
     "evaluate": ("select", "beam", "frs", "stepgap-eval"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever"),

@@ -16,6 +16,7 @@ SUBCOMMANDS = {
     "frs": "procrl.scripts.frs",
     "serve-retriever": "procrl.scripts.serve_retriever",
     "train-pum": "procrl.scripts.train_pum",
+    "sft": "procrl.scripts.sft",
     "select": "procrl.scripts.select",
     "beam": "procrl.scripts.beam",
     "stepgap-eval": "procrl.scripts.stepgap_eval",

@@ -44,3 +44,39 @@ def make_tiny_pum(vocab_size: int, seed: int = 0):
     with torch.no_grad():
         model.score.weight.normal_(0.0, 1.0)
     return model
+
+
+TINY_CHAT_TEMPLATE = (  # SmolLM2's, without its default system turn
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
+    "'\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+TINY_WORDS = (
+    "system user assistant What is the answer The Q A how many apples pens has buys more left so".split()
+    + [str(d) for d in range(10)]
+    + list("+-*/=.?,:#")
+)
+
+
+def make_tiny_chat_tokenizer(words=TINY_WORDS):
+    """A word-level tokenizer of a few dozen tokens with a chat template: `<unk>` 0, bos `<|im_start|>` 1, eos = pad
+    `<|im_end|>` 2 (the ids of `tiny_llama_config`), then `words`; whitespace splits words, punctuation and digits
+    are single tokens. Its logits are ~1000x smaller than a real vocabulary's, so a training step takes milliseconds."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<unk>", "<|im_start|>", "<|im_end|>"]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate([*special, *words])}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation(), pre_tokenizers.Digits(individual_digits=True)]
+    )
+    backend.decoder = decoders.WordPiece(prefix="##")
+    backend.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        unk_token="<unk>",
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+    )
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer

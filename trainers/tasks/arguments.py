@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from procrl.data_builders.arguments import DataColumnArguments, ProblemSliceArguments
 from procrl.data_builders.datasets import BUILTIN_DATASETS, parse_eval_set
 from procrl.evals.frs.arguments import FRSArguments
 from procrl.judges import JudgeArguments
@@ -40,9 +41,10 @@ TASKS = {"math": "procrl.trainers.tasks.math:open_math_task", "search": "procrl.
 
 
 @dataclass
-class GRPOScriptArguments:
+class GRPOScriptArguments(ProblemSliceArguments):
     """What to train on and which rewards to use, common to both tasks (the task's own settings are
-    `MathTaskArguments` / `SearchTaskArguments`; `ProcessGRPOConfig` holds the optimisation).
+    `MathTaskArguments` / `SearchTaskArguments`; `ProcessGRPOConfig` holds the optimisation). The data fields
+    (`dataset_name`, `dataset_start`, `dataset_end`, `prompt_template`) are `ProblemSliceArguments`'.
 
     Raises:
         ValueError: an unknown task, a prompt template or data set the task cannot use, an unknown
@@ -58,12 +60,6 @@ class GRPOScriptArguments:
             "2wiki_dev_sample, reward_funcs names em / stepgap, and the math evaluation is skipped)."
         },
     )
-    dataset_name: str = field(
-        default="svamp",
-        metadata={"help": "Training problems: a built-in set (svamp, gsm8k, math500), a hub id or a local file/dir."},
-    )
-    dataset_start: int = field(default=0, metadata={"help": "First training row (0-based, inclusive)."})
-    dataset_end: int | None = field(default=700, metadata={"help": "End training row (exclusive); null = all."})
     prompt_template: str = field(
         default="one_shot",
         metadata={
@@ -162,8 +158,7 @@ class GRPOScriptArguments:
             raise ValueError(f"oracle_penalty must be >= 0 (0 = no penalty for errors), got {self.oracle_penalty}")
         if self.pum_batch_size < 1:
             raise ValueError(f"pum_batch_size must be >= 1, got {self.pum_batch_size}")
-        if self.dataset_end is not None and self.dataset_end <= self.dataset_start:
-            raise ValueError(f"dataset_end ({self.dataset_end}) must be > dataset_start ({self.dataset_start})")
+        super().__post_init__()  # the row range
         check_reward_names(self.task, self.reward_funcs, self.step_reward_func)
         names = [split_placebo(name)[0] for name in [*self.reward_funcs, self.step_reward_func] if name is not None]
         uses_pum = [name for name in names if name in PUM_REWARDS]
@@ -175,12 +170,10 @@ class GRPOScriptArguments:
 
 
 @dataclass
-class MathTaskArguments:
-    """Settings of `task: math`: non-built-in data columns and the greedy before/after evaluation."""
+class MathTaskArguments(DataColumnArguments):
+    """Settings of `task: math`: non-built-in data columns (`DataColumnArguments`: `dataset_split`,
+    `question_column`, `answer_column`) and the greedy before/after evaluation."""
 
-    dataset_split: str | None = field(default=None, metadata={"help": "Split for hub/local data sets."})
-    question_column: str = field(default="question", metadata={"help": "Question column of non-built-in data."})
-    answer_column: str = field(default="answer", metadata={"help": "Gold answer column of non-built-in data."})
     eval_sets: list[str] = field(
         default_factory=lambda: ["svamp:700:850:96", "gsm8k:0:50:256"],
         metadata={"help": "Evaluation sets as name:start:end:max_new_tokens (greedy), run before and after training."},
