@@ -27,6 +27,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
 from procrl.data_builders import arithmetic_wording
 from procrl.data_builders.prompts import ANSWER_INSTRUCTION, ONE_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE
 
@@ -76,9 +79,6 @@ def arithmetic_tokenizer():
     """The task's word-level tokenizer as a `transformers.PreTrainedTokenizerFast` (module docstring): ids 0-3 are
     `SPECIAL_TOKENS`, then `arithmetic_vocabulary()` in order; pad `<|endoftext|>`, EOS `<|im_end|>`, no BOS;
     `CHAT_TEMPLATE`. Save it with `save_pretrained(dir)` next to a model."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {token: i for i, token in enumerate([*SPECIAL_TOKENS, *arithmetic_vocabulary()])}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(PIECE_PATTERN), behavior="isolated")
