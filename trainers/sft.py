@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,11 +37,13 @@ from accelerate.utils import broadcast_object_list
 from trl import SFTConfig, SFTTrainer
 
 from procrl.data_builders.arguments import DataColumnArguments, ProblemSliceArguments
+from procrl.data_builders.arithmetic import is_arithmetic_spec
+from procrl.data_builders.arithmetic_tokenizer import arithmetic_tokenizer
 from procrl.data_builders.datasets import BUILTIN_DATASETS, load_math_dataset, resolve_template, validate_template
 from procrl.experiment.provenance import package_versions
 from procrl.experiment.tracking import write_json_atomic
 from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
-from procrl.models import load_policy, resolve_model
+from procrl.models import cache_dir, load_policy, resolve_model
 from procrl.scratch_models import build_scratch_model, is_scratch_spec, parse_scratch_spec
 from procrl.trainers import sft_cache
 from procrl.utils import default_wandb_offline, get_logger
@@ -53,8 +57,10 @@ __all__ = [
     "SFTScriptArguments",
     "SFTTrainingConfig",
     "check_model_args",
+    "TASK_TOKENIZERS",
     "load_sft_model",
     "prepare_sft",
+    "with_task_tokenizer",
     "run_sft",
     "sft_examples",
     "train_sft",
@@ -215,6 +221,34 @@ class SFTResult:
     summary: dict
 
 
+TASK_TOKENIZERS = {"arith": arithmetic_tokenizer}  # tokenizer=<name> of a scratch spec -> the task's own tokenizer
+
+
+def with_task_tokenizer(name: str) -> str:
+    """`name` with a task tokenizer of a `scratch:` spec (`tokenizer=arith`, `TASK_TOKENIZERS`) saved under
+    `$PROCRL_CACHE/tokenizers/<name>` and named by that path; any other name unchanged. The cache key then hashes
+    the saved files like any tokenizer directory's (`procrl.data_builders.arithmetic_tokenizer`).
+
+    >>> with_task_tokenizer("default"), with_task_tokenizer("scratch:llama,hidden=64,tokenizer=smollm2")
+    ('default', 'scratch:llama,hidden=64,tokenizer=smollm2')
+    """
+    if not is_scratch_spec(name):
+        return name
+    spec = parse_scratch_spec(name)
+    if spec.tokenizer not in TASK_TOKENIZERS:
+        return name
+    directory = cache_dir() / "tokenizers" / spec.tokenizer
+    if not directory.is_dir():  # written once, published by one rename (another rank may race: either copy wins)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.tokenizer}-", dir=directory.parent))
+        TASK_TOKENIZERS[spec.tokenizer]().save_pretrained(staging)
+        try:
+            staging.rename(directory)
+        except OSError:
+            shutil.rmtree(staging, ignore_errors=True)
+    return re.sub(r"tokenizer\s*=\s*[^,]+", f"tokenizer={directory}", name)
+
+
 def prepare_sft(script: SFTScriptArguments, training: SFTTrainingConfig, model_args: Any) -> SFTPlan:
     """Check the settings, load the rows, build the examples and compute the cache key (no model is loaded).
 
@@ -222,10 +256,11 @@ def prepare_sft(script: SFTScriptArguments, training: SFTTrainingConfig, model_a
         SFTInputError: LoRA, a bad `scratch:` spec, data `load_math_dataset` refuses, a file that is not there,
             rows with an empty solution (`sft_examples`), a base directory without model files.
     """
-    name = model_args.model_name_or_path or "default"
+    name = model_args.model_name_or_path = with_task_tokenizer(model_args.model_name_or_path or "default")
     try:
         check_model_args(model_args)
-        builtin = script.dataset_name in BUILTIN_DATASETS  # TODO(arith sets): their loader decides their columns
+        # the built-in and the generated arith sets decide their own columns
+        builtin = script.dataset_name in BUILTIN_DATASETS or is_arithmetic_spec(script.dataset_name)
         rows = load_math_dataset(
             script.dataset_name,
             split=script.dataset_split,
