@@ -271,6 +271,13 @@ def _load_builtin(
 def _load_arithmetic(
     name: str, split: str | None, start: int, end: int | None, template: PromptTemplate
 ) -> datasets.Dataset:
+    """One arith set, or a mixture `name1+name2+...` of arith sets (e.g. several difficulty levels for SFT): their
+    rows interleaved round-robin (one of each in turn while it lasts), then rows `[start, end)` of the mixture."""
+    if "+" in name:
+        parts = [_load_arithmetic(part, split, 0, None, template) for part in name.split("+")]
+        rows = [part[i] for i in range(max(len(p) for p in parts)) for part in parts if i < len(part)]
+        start, end = _check_range(start, end, len(rows), name)
+        return datasets.Dataset.from_list(rows[start:end], features=ARITH_FEATURES)
     spec = parse_arithmetic_spec(name)
     if split not in (None, spec.split):
         raise ValueError(

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
 from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
-from procrl.evals.stats import ratio, wilson_interval
+from procrl.evals.stats import bootstrap_mean_interval, ratio, wilson_interval
 from procrl.generation import SamplingParams, eos_token_ids, generate_completions, render_prompts
 from procrl.utils import check_reward_length, get_logger
 
@@ -44,6 +44,9 @@ class EvalResult:
         mean_length: mean completion length in tokens (EOS included).
         truncated_frac: completions that reached `max_new_tokens` without EOS.
         wall_time_s: seconds spent generating and scoring.
+        problems: one entry per problem, in data set order: `problem_id` (the row's, else its 0-based index as a
+            string), `correct` (1.0 / 0.0, None for an unparseable gold) and `rewards` (reward name -> the raw
+            value or None): what paired before/after intervals are computed from (`paired_comparison`).
     """
 
     name: str
@@ -57,6 +60,7 @@ class EvalResult:
     truncated_frac: float | None
     unparseable_gold: int
     wall_time_s: float
+    problems: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -112,6 +116,7 @@ def evaluate(
     per_func: list[list[float]] = [[] for _ in reward_funcs]
     weighted: list[float] = []
     correct, lengths, truncated, unparseable = 0, [], 0, 0
+    problems: list[dict] = []
     was_training = model.training
     model.eval()
     start = time.perf_counter()
@@ -136,7 +141,15 @@ def evaluate(
             for func, func_name in zip(reward_funcs, names, strict=True):
                 values = func(prompts=prompts, completions=completions, completion_ids=out.completion_ids, **kwargs)
                 rows_rewards.append(check_reward_length(func_name, values, len(prompts)))
+            ids = rows.get("problem_id") or [str(lo + i) for i in range(len(prompts))]
             for i in range(len(prompts)):
+                problems.append(
+                    {
+                        "problem_id": ids[i],
+                        "correct": None if outcome[i] is None else float(outcome[i] >= 1.0),
+                        "rewards": {nm: values[i] for nm, values in zip(names, rows_rewards, strict=True)},
+                    }
+                )
                 total, applied = 0.0, False
                 for k, values in enumerate(rows_rewards):
                     value = values[i]
@@ -167,6 +180,7 @@ def evaluate(
         truncated_frac=ratio(truncated, n),
         unparseable_gold=unparseable,
         wall_time_s=time.perf_counter() - start,
+        problems=problems,
     )
 
 
@@ -181,3 +195,49 @@ def _greedy(model, engine, prompt_ids, config, tokenizer, eos_ids, max_new_token
         return generate_completions(model, prompt_ids, config, pad_token_id=tokenizer.pad_token_id, eos_ids=eos_ids)
     rollouts = engine.generate(prompt_ids, SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens), seed=0)
     return _Greedy([r.token_ids for r in rollouts], [r.logprobs for r in rollouts])
+
+
+def paired_comparison(before: dict, after: dict, *, seed: int = 0) -> dict[str, dict]:
+    """Paired before/after differences on the same problems: accuracy and every reward (e.g. ProcessAcc from
+    `oracle_process_reward`), each with a percentile-bootstrap 95% interval of the mean difference over problems.
+
+    Args:
+        before, after: `EvalResult.to_dict()` of the same data set, with `problems`.
+        seed: bootstrap seed.
+
+    Returns:
+        metric ("accuracy" or a reward name) -> `{"n", "before", "after", "diff", "ci_low", "ci_high"}` over the
+        problems present in both with a value in both (None or non-finite values are left out, and counted out of
+        `n`); a metric without such a problem is absent (undefined, not 0).
+
+    >>> row = lambda pid, c: {"problem_id": pid, "correct": c, "rewards": {}}
+    >>> b = {"problems": [row("a", 0.0), row("b", 1.0), row("c", 0.0)]}
+    >>> a = {"problems": [row("a", 1.0), row("b", 1.0), row("c", None)]}
+    >>> out = paired_comparison(b, a)["accuracy"]
+    >>> out["n"], out["before"], out["after"], out["diff"]
+    (2, 0.5, 1.0, 0.5)
+    """
+    after_by_id = {p["problem_id"]: p for p in after.get("problems", [])}
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for p in before.get("problems", []):
+        q = after_by_id.get(p["problem_id"])
+        if q is None:
+            continue
+        values = {"accuracy": (p["correct"], q["correct"])}
+        values.update({k: (v, q["rewards"].get(k)) for k, v in p["rewards"].items()})
+        for metric, (x, y) in values.items():
+            if x is not None and y is not None and math.isfinite(x) and math.isfinite(y):
+                pairs.setdefault(metric, []).append((float(x), float(y)))
+    out = {}
+    for metric, rows in pairs.items():
+        diffs = [y - x for x, y in rows]
+        low, high = bootstrap_mean_interval(diffs, seed=seed)
+        out[metric] = {
+            "n": len(rows),
+            "before": sum(x for x, _ in rows) / len(rows),
+            "after": sum(y for _, y in rows) / len(rows),
+            "diff": sum(diffs) / len(rows),
+            "ci_low": low,
+            "ci_high": high,
+        }
+    return out

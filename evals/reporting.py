@@ -46,6 +46,25 @@ def format_table(before: list[dict], after: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def format_paired(paired: dict[str, dict]) -> str:
+    """The paired before/after table of a GRPO summary's `paired` entry (`procrl.evals.accuracy.paired_comparison`):
+    one line per (eval set, metric), after − before with its paired bootstrap 95% interval over the same problems.
+
+    >>> print(format_paired({"arith[0:2]": {"accuracy": dict(n=2, before=0.5, after=1.0, diff=0.5, ci_low=0.0,
+    ...                                                           ci_high=1.0)}}).splitlines()[2])
+    arith[0:2]         accuracy                     0.500   1.000  +0.500 [+0.000, +1.000]      2
+    """
+    header = (
+        f"{'eval set':<18} {'metric (paired)':<26} {'before':>7} {'after':>7}  {'after - before [95% CI]':<24} {'n':>5}"
+    )
+    lines = [header, "-" * len(header)]
+    for name, metrics in paired.items():
+        for metric, m in metrics.items():
+            diff = f"{m['diff']:+.3f} [{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
+            lines.append(f"{name:<18} {metric:<26} {m['before']:>7.3f} {m['after']:>7.3f}  {diff:<24} {m['n']:>5}")
+    return "\n".join(lines)
+
+
 def plot_curves(log_history: list[dict], path: str | Path, title: str = "") -> Path:
     """Plot reward, task accuracy and completion length against the training step into a PNG (110 dpi); a key
     never logged gives a panel that says "not logged". Returns the path."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 import re
 
-from procrl.evals.reporting import format_table
+from procrl.evals.reporting import format_paired, format_table
 from procrl.experiment.tracking import history_from_log, track_run
 from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
 from procrl.trainers.tasks.job import JOB_ARGUMENTS, GRPOJob, run_grpo_job
@@ -91,6 +91,8 @@ def format_summary(summary: dict, files: dict[str, str]) -> str:
         lines.append(f"step scorer: {train['step_reward_func']}")
     if summary["before"] or summary["after"]:
         lines += ["", format_table(summary["before"], summary["after"])]
+    if any(summary.get("paired", {}).values()):
+        lines += ["", format_paired(summary["paired"])]
     lines.append("")
     lines += [f"{'wandb run (offline)' if role == 'wandb' else role}: {path}" for role, path in files.items()]
     lines.append(f"total wall time: {summary['total_wall_time_s'] / 60:.1f} min")

@@ -327,3 +327,16 @@ def test_load_errors():
 
 def test_other_sets_keep_their_columns():
     assert tuple(load_math_dataset("svamp", end=2).column_names) == SCHEMA_COLUMNS
+
+
+def test_a_mixture_of_arith_sets_interleaves_their_rows_round_robin():
+    a = load_math_dataset("arith-ops1-d2-train-n2")
+    b = load_math_dataset("arith-ops3-d2-train-n4")
+    mixed = load_math_dataset("arith-ops1-d2-train-n2+arith-ops3-d2-train-n4")
+    expected = [a[0], b[0], a[1], b[1], b[2], b[3]]
+    assert [r["problem_id"] for r in mixed] == [r["problem_id"] for r in expected]
+    assert mixed[1]["gold_steps"] == b[0]["gold_steps"]
+    assert [r["problem_id"] for r in load_math_dataset("arith-ops1-d2-train-n2+arith-ops3-d2-train-n4", start=3, end=5)] == [
+        expected[3]["problem_id"], expected[4]["problem_id"]]  # fmt: skip
+    with pytest.raises(ValueError, match="split"):
+        load_math_dataset("arith-ops1-d2-train-n2+arith-ops3-d2-test-n4", split="train")

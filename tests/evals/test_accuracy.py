@@ -5,7 +5,7 @@ one problem no reward applies to (a tiny random model: undefined values are None
 import pytest
 from datasets import Dataset
 
-from procrl.evals.accuracy import evaluate, wilson_interval
+from procrl.evals.accuracy import evaluate, paired_comparison, wilson_interval
 from procrl.evals.reporting import format_table
 from procrl.evals.stats import MISSING
 
@@ -85,3 +85,19 @@ def test_evaluate_without_any_reward_value_has_no_mean_reward(tiny_llama, tokeni
     assert result.mean_reward is None and result.rewards == {"_abstain": None}
     # one completion of 1 to 3 tokens: a measured length and a truncation share of 0 or 1
     assert 1 <= result.mean_length <= 3 and result.truncated_frac in (0.0, 1.0)
+
+
+def test_paired_comparison_pairs_problems_by_id_and_skips_missing_values():
+    def rows(correct, process):
+        return {"problems": [{"problem_id": f"p{i}", "correct": c, "rewards": {"oracle_process_reward": r}}
+                             for i, (c, r) in enumerate(zip(correct, process, strict=True))]}  # fmt: skip
+
+    before = rows([0.0, 0.0, 1.0, 0.0, None], [0.0, 0.5, 1.0, 0.25, 0.5])
+    after = rows([1.0, 0.0, 1.0, 1.0, 1.0], [1.0, 0.5, None, 1.0, 1.0])
+    after["problems"].append({"problem_id": "extra", "correct": 1.0, "rewards": {}})
+    out = paired_comparison(before, after)
+    acc, process = out["accuracy"], out["oracle_process_reward"]
+    assert (acc["n"], acc["before"], acc["after"], acc["diff"]) == (4, 0.25, 0.75, 0.5)  # p4: gold unparseable
+    assert process["n"] == 4 and process["diff"] == pytest.approx((1.0 + 0.0 + 0.75 + 0.5) / 4)  # p2 has no after
+    assert acc["ci_low"] <= acc["diff"] <= acc["ci_high"]
+    assert paired_comparison(before, {"problems": []}) == {}

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from trl import ModelConfig, get_peft_config
 
-from procrl.evals.accuracy import evaluate
+from procrl.evals.accuracy import evaluate, paired_comparison
 from procrl.evals.reporting import finish_wandb_run, plot_curves
 from procrl.evals.stats import format_estimate
 from procrl.models import load_policy
@@ -238,6 +238,8 @@ def _run(job: GRPOJob, stack: contextlib.ExitStack) -> GRPOResult:
         },
         "before": before,
         "after": after,
+        # after - before on the same problems, with paired bootstrap intervals (`paired_comparison`)
+        "paired": {b["name"]: paired_comparison(b, a) for b in before for a in after if a["name"] == b["name"]},
         "log_history": trainer.state.log_history,
         "total_wall_time_s": time.perf_counter() - t0,
     }
