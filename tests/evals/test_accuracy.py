@@ -69,6 +69,7 @@ def test_evaluate_on_no_problem_is_undefined_not_zero(tiny_llama, tokenizer):
     assert result.to_dict() | {"wall_time_s": 0} == {
         "name": "svamp[0:0]", "n": 0, "accuracy": None, "ci_low": None, "ci_high": None, "mean_reward": None,
         "rewards": {}, "mean_length": None, "truncated_frac": None, "unparseable_gold": 0, "wall_time_s": 0,
+        "problems": [],
     }  # fmt: skip
 
 
