@@ -40,6 +40,11 @@ class _Shuffled:
         self.__name__ = f"shuffled_{_name(func)}"
         self.needs_logps = reads_completion_logps(func)
 
+    def bind_policy(self, model: Any, tokenizer: Any) -> None:
+        """Forward the trainer's binding hook (`ProcessGRPOTrainer`) to the wrapped function when it has one."""
+        if hasattr(self.func, "bind_policy"):
+            self.func.bind_policy(model, tokenizer)
+
 
 class ShuffledReward(_Shuffled):
     """A TRL reward whose values are permuted within each batch (the placebo of `func`).

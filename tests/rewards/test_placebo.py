@@ -76,3 +76,20 @@ def test_the_placebo_names_and_logps_flag_follow_the_wrapped_function():
     assert not ShuffledReward(index_reward).needs_logps
     with pytest.raises(ValueError, match="callable"):
         ShuffledReward("outcome")
+
+
+def test_the_placebo_forwards_the_trainers_binding_hook():
+    class Bound:
+        def __init__(self):
+            self.bound = None
+
+        def bind_policy(self, model, tokenizer):
+            self.bound = (model, tokenizer)
+
+        def __call__(self, prompts, completions, completion_ids, **kwargs):
+            return [None] * len(completions)
+
+    inner = Bound()
+    ShuffledStepRewards(inner).bind_policy("model", "tokenizer")
+    assert inner.bound == ("model", "tokenizer")
+    ShuffledReward(index_reward).bind_policy("model", "tokenizer")  # nothing to forward: no error
