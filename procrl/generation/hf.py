@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from procrl.generation.stopping import completion_lengths
+from procrl.generation.sampling import completion_lengths
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)

@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from grpo_helpers import grpo_config, max_diff, spy, temperature_logps
 
-import procrl.generation.engines as engines
+import procrl.generation.vllm_engine as vllm_engine
 import procrl.trainers.vllm_colocate as vllm_colocate
 import procrl.trainers.vllm_rollout as vllm_rollout
 from procrl.evals.accuracy import evaluate
@@ -54,8 +54,8 @@ def vllm_here(monkeypatch):
 
     monkeypatch.delenv("PROCRL_GENERATION_BACKEND", raising=False)
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    monkeypatch.setattr(engines, "vllm_on_cpu", on_cpu)
-    monkeypatch.setattr(engines.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(vllm_engine, "vllm_on_cpu", on_cpu)
+    monkeypatch.setattr(vllm_engine.torch.cuda, "is_available", lambda: False)
     return types.SimpleNamespace(set=lambda build: state.update(build=build))
 
 

@@ -68,7 +68,7 @@ def test_retrieved_override_and_question():
 
 
 def test_turns_stop_by_the_one_stop_rule(smollm2_tokenizer):
-    """The turns end where `procrl.generation.stopping` says: generation stops once the turn's text holds a tag, and
+    """The turns end where `procrl.generation.sampling` says: generation stops once the turn's text holds a tag, and
     the turn is cut after the token that completes it (a tag in the prompt never counts)."""
     tok = smollm2_tokenizer
     prompt = tok("a </search>", add_special_tokens=False)["input_ids"]
