@@ -70,8 +70,14 @@ from procrl.trainers.advantages import (
     token_advantages,
 )
 from procrl.trainers.console import install_console_line
-from procrl.trainers.hacking import correlation, repetition_rate
-from procrl.trainers.monitoring import MonitorArguments, TrainingMonitor, log_batch_monitors, step_reward_columns
+from procrl.trainers.monitoring import (
+    MonitorArguments,
+    TrainingMonitor,
+    correlation,
+    log_batch_monitors,
+    repetition_rate,
+    step_reward_columns,
+)
 from procrl.trainers.rollout import ProcessRollout
 from procrl.trainers.vllm_colocate import finish_vllm_setup, resolve_generation_backend, trl_llm_overrides
 from procrl.trainers.vllm_rollout import resolve_importance_sampling
