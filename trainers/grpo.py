@@ -78,9 +78,8 @@ from procrl.trainers.monitoring import (
     repetition_rate,
     step_reward_columns,
 )
-from procrl.trainers.rollout import ProcessRollout
+from procrl.trainers.rollout import ProcessRollout, resolve_importance_sampling
 from procrl.trainers.vllm_colocate import finish_vllm_setup, resolve_generation_backend, trl_llm_overrides
-from procrl.trainers.vllm_rollout import resolve_importance_sampling
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -106,7 +105,7 @@ class ProcessGRPOConfig(GRPOConfig, EngineArguments, MonitorArguments):
     Differences from TRL's defaults:
     - `bf16`: "auto" = bf16 autocast where the hardware computes bf16 natively, else fp32
       (`procrl.generation.runtime.resolve_bf16`); TRL's None means True, which raises on a CPU-only machine.
-    - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`vllm_rollout`).
+    - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`procrl.trainers.rollout`).
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (docs/architecture.md "Reward functions").
 
