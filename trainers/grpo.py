@@ -14,7 +14,7 @@ What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
   `max_completion_length` without EOS); and the monitors of `procrl.trainers.monitoring`: `hacking/repetition_rate`,
   `hacking/length_corr/<reward name>` (within-group), `hacking/reward_accuracy_corr` (rolling, with a collapse
   warning), per-step scores in the completions table and `<output_dir>/completions.jsonl`, and one console line
-  per logging step (`procrl.trainers.console`).
+  per logging step (`procrl.trainers.monitoring`).
 
 - Process advantages (`advantage_mode: process | mixed`, DeepSeekMath §4.1.3, `procrl.trainers.advantages`): a
   step scorer (`step_reward_func`, returning one `StepRewards` or None per completion) gives per-step rewards;
@@ -69,11 +69,11 @@ from procrl.trainers.advantages import (
     pad_step_rewards,
     token_advantages,
 )
-from procrl.trainers.console import install_console_line
 from procrl.trainers.monitoring import (
     MonitorArguments,
     TrainingMonitor,
     correlation,
+    install_console_line,
     log_batch_monitors,
     repetition_rate,
     step_reward_columns,
