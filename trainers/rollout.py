@@ -35,7 +35,7 @@ Log-probs (natural log, one per completion token):
   are rescored once with vLLM's prompt log-probs (`VLLMEngine.rescore`, on the engine that has just been synced with
   the policy). Measured on this machine (2 CPU cores shared with other jobs, SmolLM2-135M in fp32, 16 rows of 64
   completion tokens after 43-token prompts, three alternating repeats): `engine.rescore` 17.4 s (median;
-  9.6-18.7 s), one no-grad policy forward in chunks of 8 (`procrl.logprobs.sequence_logps`, LM head on the
+  9.6-18.7 s), one no-grad policy forward in chunks of 8 (`procrl.generation.sequence_logps`, LM head on the
   completion positions only) 32.5 s (25.8-34.6 s); the two agree to 4.5e-5. In server mode there is no local engine, so the policy forward rescores (`policy_logps`).
 """
 
@@ -52,9 +52,9 @@ from procrl.generation import (
     import_vllm,
     render_prompts,
     sampled_logprobs_are_raw,
+    sequence_logps,
     vllm_on_cpu,
 )
-from procrl.logprobs import sequence_logps
 from procrl.trainers.vllm_colocate import colocate_engine, colocated, engine_dtype
 from procrl.utils import get_logger, reads_completion_logps
 
@@ -293,7 +293,7 @@ def row_seeds(trainer, num_rows: int, call: int) -> list[int]:
 
 def policy_logps(trainer, prompt_ids: list[list[int]], completion_ids: list[list[int]]) -> list[list[float]]:
     """Raw (T = 1) natural-log probabilities `(L_i,)` of each completion under the current policy: one no-grad
-    forward (eval mode, batches of `per_device_train_batch_size`, `procrl.logprobs.sequence_logps`)."""
+    forward (eval mode, batches of `per_device_train_batch_size`, `procrl.generation.sequence_logps`)."""
     tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
     with (
         profiling_context(trainer, "procrl.policy_logps"),

@@ -17,8 +17,7 @@ import procrl.generation.vllm_engine as vllm_engine
 import procrl.trainers.rollout as rollout_module
 import procrl.trainers.vllm_colocate as vllm_colocate
 from procrl.evals.accuracy import evaluate
-from procrl.generation import draws_raw_distribution, render_prompts
-from procrl.logprobs import sequence_logps
+from procrl.generation import draws_raw_distribution, render_prompts, sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers.grpo import ProcessGRPOConfig
 from procrl.trainers.rollout import needs_completion_logps, trl_sampling_fields

@@ -248,7 +248,7 @@ def test_real_generation_path(smollm2_tokenizer, tiny_llama):
     # tokens, log-probs equal to a teacher-forced forward of the sampled ids (raw distribution, T = 1)
     from transformers import GenerationConfig
 
-    from procrl.logprobs import sequence_logps
+    from procrl.generation import sequence_logps
 
     tok = smollm2_tokenizer
     prompts = [[{"role": "user", "content": "Question: Q1"}], [{"role": "user", "content": "Question: Q22"}]]
