@@ -44,10 +44,12 @@ The monitors' math:
 The math takes plain Python sequences of floats (NaN = missing) and never returns NaN: an undefined value is None.
 Sums use `math.fsum`.
 
-The console line (`ProcessGRPOConfig.console_line`): transformers registers `PrinterCallback` (with `disable_tqdm`) or its `ProgressCallback` (transformers/trainer.py:599),
-and both write the whole metrics dict with floats turned into strings (trainer_callback.py:673-690 and :703-708).
-`install_console_line(trainer)` swaps that callback for `ConsoleLineCallback`, which keeps the progress bar (when
-tqdm is on) and logs, through procrl's logger, a line like
+The console line (`ProcessGRPOConfig.console_line`): transformers registers `PrinterCallback` (with `disable_tqdm`)
+or its `ProgressCallback` (transformers/trainer.py:599), and both write the whole metrics dict with floats turned into
+strings (trainer_callback.py:673-690 and :703-708). `install_console_line(trainer)` swaps that callback for
+`ConsoleLineCallback`, which keeps the progress bar (when tqdm is on) and logs, through procrl's logger
+`procrl.trainers.monitoring.console` (its own, so the line can be silenced or routed apart from the monitors'
+messages), a line like
 
     step 3/25 | loss 0.012 | reward 0.41 ± 0.22 | acc 0.38 | len 143 | outcome_reward 0.38 | picsar_bonus 0.12 |
     hacking rep 0.03 r·acc -0.2 | 12.3 s/step
@@ -84,6 +86,7 @@ from procrl.step_rewards import StepRewards
 from procrl.utils import completion_to_text, get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
+console_logger = get_logger(f"{__name__}.console")  # the console line's records (module docstring)
 
 __all__ = [
     "COMPLETIONS_FILE",
@@ -598,13 +601,13 @@ class ConsoleLineCallback(ProgressCallback):
         line = format_console_line(logs, state.global_step, state.max_steps, seconds)
         if line is None:
             return
-        if not shows_info(logger):  # nobody configured logging (a library user): print like PrinterCallback did
+        if not shows_info(console_logger):  # nobody configured logging (a library user): print like PrinterCallback did
             tqdm.write(line)  # above the bar, if there is one (tqdm/std.py:718-726)
         elif self.training_bar is not None:
             with logging_redirect_tqdm():  # root's console handlers write through tqdm, so the bar stays intact
-                logger.info(line)
+                console_logger.info(line)
         else:
-            logger.info(line)
+            console_logger.info(line)
 
 
 def install_console_line(trainer) -> ConsoleLineCallback:
