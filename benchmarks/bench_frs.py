@@ -10,7 +10,7 @@
 kept. Arm A is what FRS does: gather each chosen token's log-probability from those stored raw logits
 (`log_softmax` + `gather`, the computation inside `generate_completions`) and take the tail confidence. Arm B
 recomputes the log-probabilities with a teacher-forced forward pass over prompt + completion
-(`procrl.logprobs.sequence_logps`, fastest of batch sizes 8 and 32) and takes the tail confidence. Reported: the
+(`procrl.generation.sequence_logps`, fastest of batch sizes 8 and 32) and takes the tail confidence. Reported: the
 median time of each arm, their ratio B / A (target >= 1.5), the max difference of the chosen-token probabilities
 (target <= 1e-5), of the log-probabilities (<= 1e-4) and of the confidences, and how far each arm's log-probabilities
 are from a float64 forward pass. Also, for context, the end-to-end
@@ -53,8 +53,7 @@ def bench_confidence(args) -> tuple[dict, list]:
 
     from procrl.data_builders.datasets import load_math_dataset
     from procrl.evals.frs import Trace, tail_confidence_from_logps
-    from procrl.generation import eos_token_ids, generate_completions, render_prompts
-    from procrl.logprobs import sequence_logps
+    from procrl.generation import eos_token_ids, generate_completions, render_prompts, sequence_logps
     from procrl.models import resolve_model
     from procrl.rewards.outcome import is_correct
 

@@ -2,7 +2,7 @@
 builders, `procrl select` and `procrl frs`.
 
 The engines (`SamplingParams`, `Rollout`, `RolloutEngine`, `TransformersEngine`, `VLLMEngine`, `make_engine`) live in
-the core layer, `procrl.generation.engines`. `run_rollouts` is what every sampler calls. It expands requests into
+the core layer, `procrl.generation`. `run_rollouts` is what every sampler calls. It expands requests into
 rows, cuts the rows into shards, spreads the shards over accelerate processes, and writes each finished shard
 atomically to `cache_dir` (`procrl.data_builders.rollout_shards`):
 

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from procrl.evals.figures import figure, pyplot
+from procrl.evals.reporting import figure, markdown_table, pyplot
 from procrl.evals.selection_rules import select_argmax as pick_argmax
 from procrl.evals.selection_rules import select_majority as pick_majority
 from procrl.evals.stats import (
@@ -50,7 +50,6 @@ from procrl.evals.stats import (
     pass_at_k,
     ratio,
 )
-from procrl.evals.tables import markdown_table
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -372,20 +371,23 @@ def bestofn_table(result: dict) -> str:
         else [name, f"{a['auroc']:.3f}", f"[{a['ci_low']:.3f}, {a['ci_high']:.3f}]", a["problems"]]
         for name, a in result["auroc"].items()
     ]
-    return "\n".join(
-        [
-            f"Best-of-k accuracy (%, [95% bootstrap interval over problems]): {result['problems']} problems, "
-            f"n = {s['n']} samples each, {s['subsets']} random k-subsets per problem for k < n (seed {s['seed']}); "
-            f"{result['unparseable_gold']} left out (unparseable gold).",
-            "",
-            markdown_table(["method", *(f"k={k}" for k in s["ks"])], accuracy),
-            "",
-            "Within-problem AUROC: P(score of a correct sample > an incorrect one) + 0.5 P(tie), mean over the "
-            "problems with both kinds of scored sample (`longest`: the score is num_tokens).",
-            "",
-            markdown_table(["score", "AUROC", "95% interval", "problems"], aurocs),
-        ]
-    ) + "\n"
+    return (
+        "\n".join(
+            [
+                f"Best-of-k accuracy (%, [95% bootstrap interval over problems]): {result['problems']} problems, "
+                f"n = {s['n']} samples each, {s['subsets']} random k-subsets per problem for k < n (seed {s['seed']}); "
+                f"{result['unparseable_gold']} left out (unparseable gold).",
+                "",
+                markdown_table(["method", *(f"k={k}" for k in s["ks"])], accuracy),
+                "",
+                "Within-problem AUROC: P(score of a correct sample > an incorrect one) + 0.5 P(tie), mean over the "
+                "problems with both kinds of scored sample (`longest`: the score is num_tokens).",
+                "",
+                markdown_table(["score", "AUROC", "95% interval", "problems"], aurocs),
+            ]
+        )
+        + "\n"
+    )
 
 
 def plot_bestofn(result: dict, path: str | Path) -> Path:

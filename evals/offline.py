@@ -28,6 +28,7 @@ from procrl.generation import (
     RolloutEngine,
     SamplingParams,
     TransformersEngine,
+    make_engine_from,
     render_prompts,
 )
 from procrl.models import resolve_model
@@ -154,10 +155,9 @@ def load_rows(config: OfflineSamplingConfig) -> list[dict]:
 
 def load_setup(config: OfflineSamplingConfig) -> Setup:
     """Load the data slice `[start, end)` (end < 0: all), the policy's rollout engine (float32 unless `vllm_dtype`
-    says otherwise for vLLM; `config.make_engine`, on `device`, or cuda if available, for transformers; vLLM's
-    platform for vLLM) and
-    its tokenizer (pad = EOS when it has none), render the prompts and seed torch with `seed` (after the engine is
-    built: an in-process vLLM engine seeds the global RNGs).
+    says otherwise for vLLM; `make_engine_from(config, ...)`, on `device`, or cuda if available, for transformers;
+    vLLM's platform for vLLM) and its tokenizer (pad = EOS when it has none), render the prompts and seed torch with
+    `seed` (after the engine is built: an in-process vLLM engine seeds the global RNGs).
 
     Raises:
         ImportError: `generation_backend="vllm"` and vLLM cannot be imported (the message says how to fix it).
@@ -169,7 +169,8 @@ def load_setup(config: OfflineSamplingConfig) -> Setup:
     tokenizer = AutoTokenizer.from_pretrained(path, padding_side="left")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    engine = config.make_engine(
+    engine = make_engine_from(
+        config,
         str(path),
         device=config.device if config.generation_backend != "transformers" else device,
         dtype="float32",
@@ -244,4 +245,3 @@ def format_accuracy_table(results: dict[str, dict]) -> str:
         acc = format_estimate(r["accuracy"], (r["ci_low"], r["ci_high"]))
         lines.append(f"{name:<22} {acc:<24} {r['correct']:>4}/{r['total']:<4} {r['abstained']:>9}")
     return "\n".join(lines)
-

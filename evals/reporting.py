@@ -1,18 +1,95 @@
-"""Before/after tables and training curves for people to read (the scripts print; library code returns text), and
-the wandb wrap-up of a GRPO run. The GRPO run's printed report is `procrl.scripts.train_grpo.format_summary`."""
+"""What procrl shows people (the scripts print; library code returns text and writes files): the one markdown table
+writer, the one figure helper, and the report of a GRPO run (its before/after table, training curves and wandb
+wrap-up; the printed report is `procrl.scripts.train_grpo.format_summary`).
+
+- `markdown_table(header, rows, align)`: a header row, the separator row with each column's alignment, one line per
+  row; a cell that is None shows `MISSING` ("–": not measured or undefined, never 0) and a "|" inside a cell is
+  escaped, so a name or an error message never breaks the table.
+- `figure(path, **subplots)`: matplotlib on its non-interactive Agg backend, imported on first use (it is slow to
+  import and only the commands that draw need it), one figure saved as a PNG at a path (its folder created) and
+  always closed, also when drawing fails:
+
+      with figure(path, figsize=(7, 4.5)) as (fig, ax):
+          ax.plot(ks, accuracies)
+          fig.tight_layout()
+"""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
-from procrl.evals.figures import figure
-from procrl.evals.stats import format_estimate
+from procrl.evals.stats import MISSING, format_estimate
 
+__all__ = ["CURVE_KEYS", "figure", "finish_wandb_run", "format_table", "markdown_table", "plot_curves", "pyplot"]
+
+_RULE = {"left": "---", "right": "---:"}
 CURVE_KEYS = (
     ("reward", "weighted reward (TRL `reward`)"),
     ("task/accuracy", "task accuracy (outcome check)"),
     ("completions/mean_length", "completion length (tokens)"),
 )
+
+
+def markdown_table(header: Sequence[str], rows: Iterable[Sequence[object]], align: Sequence[str] = ()) -> str:
+    """A markdown table (lines joined by "\\n", no trailing newline).
+
+    Args:
+        header: the column titles.
+        rows: one sequence of cells per row, as many as `header`; a cell is shown as `str(cell)`, None as "–".
+        align: "left" or "right" per column (numbers read best right-aligned); empty: every column left.
+
+    Raises:
+        ValueError: a row or `align` whose length is not the header's, or an alignment that is not left/right.
+
+    >>> print(markdown_table(["method", "k=1"], [["random", "50.0"], ["a|b", None]], align=["left", "right"]))
+    | method | k=1 |
+    |---|---:|
+    | random | 50.0 |
+    | a\\|b | – |
+    """
+    align = list(align) or ["left"] * len(header)
+    if len(align) != len(header) or any(a not in _RULE for a in align):
+        raise ValueError(f"markdown_table: align must give left or right for each of {len(header)} columns: {align}")
+    lines = [_line(header), "|" + "|".join(_RULE[a] for a in align) + "|"]
+    for i, row in enumerate(rows):
+        if len(row) != len(header):
+            raise ValueError(f"markdown_table: row {i} has {len(row)} cells, the header {len(header)}: {list(row)}")
+        lines.append(_line(row))
+    return "\n".join(lines)
+
+
+def _line(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(MISSING if c is None else str(c).replace("|", "\\|") for c in cells) + " |"
+
+
+def pyplot() -> Any:
+    """`matplotlib.pyplot` with the non-interactive Agg backend chosen (no display needed)."""
+    import matplotlib  # optional heavy dependency: only the commands that draw import it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # optional heavy dependency (after choosing the Agg backend)
+
+    return plt
+
+
+@contextlib.contextmanager
+def figure(path: str | Path, *, dpi: int = 110, **subplots: Any) -> Iterator[tuple[Any, Any]]:
+    """A context manager yielding `(fig, axes)` of `pyplot().subplots(**subplots)` (e.g. `nrows`, `ncols`,
+    `figsize` in inches, `sharey`); when the block ends without an error the figure is saved as a PNG at `path`
+    (`dpi` dots per inch; its folder created). The figure is closed in every case. Layout (`fig.tight_layout`) is
+    the caller's: it differs per figure."""
+    plt = pyplot()
+    fig, axes = plt.subplots(**subplots)
+    try:
+        yield fig, axes
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
 
 
 def format_table(before: list[dict], after: list[dict]) -> str:

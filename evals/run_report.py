@@ -25,10 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from procrl.evals.figures import figure
-from procrl.evals.reporting import CURVE_KEYS
+from procrl.evals.reporting import CURVE_KEYS, figure, markdown_table
 from procrl.evals.stats import MISSING, mean_std, wilson_interval
-from procrl.evals.tables import markdown_table
 from procrl.experiment.sweeps import variant_name
 from procrl.experiment.tracking import is_number
 from procrl.utils import get_logger

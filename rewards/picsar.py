@@ -30,8 +30,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from procrl.generation import render_prompts
-from procrl.logprobs import sequence_logps
+from procrl.generation import render_prompts, sequence_logps
 from procrl.models import resolve_model
 from procrl.rewards.outcome import extract_answer
 from procrl.utils import check_reward_length, completion_to_text, prompt_to_text

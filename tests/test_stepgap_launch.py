@@ -199,7 +199,7 @@ def test_quote_and_nli_settings_reach_the_verifier(fakes, tmp_path):
 @pytest.mark.parametrize(("flag", "value"), [("--stepgap_nli_entail_min", "0"), ("--stepgap_nli_entail_min", "1.5"),
                                              ("--stepgap_nli_contradict_min", "-0.2")])  # fmt: skip
 def test_nli_thresholds_outside_0_1_are_refused_at_parse_time(flag, value, tmp_path):
-    with pytest.raises(ValueError, match="stepgap_nli_entail_min / stepgap_nli_contradict_min.*in \\(0, 1\\]"):
+    with pytest.raises(ValueError, match=f"{flag[2:]}=.* must be a probability in \\(0, 1\\]"):
         parse_args(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), flag, value])
 
 

@@ -14,7 +14,7 @@ What it adds to `trl.GRPOTrainer` (TRL pinned to 1.16.*):
   `max_completion_length` without EOS); and the monitors of `procrl.trainers.monitoring`: `hacking/repetition_rate`,
   `hacking/length_corr/<reward name>` (within-group), `hacking/reward_accuracy_corr` (rolling, with a collapse
   warning), per-step scores in the completions table and `<output_dir>/completions.jsonl`, and one console line
-  per logging step (`procrl.trainers.console`).
+  per logging step (`procrl.trainers.monitoring`).
 
 - Process advantages (`advantage_mode: process | mixed`, DeepSeekMath §4.1.3, `procrl.trainers.advantages`): a
   step scorer (`step_reward_func`, returning one `StepRewards` or None per completion) gives per-step rewards;
@@ -69,12 +69,17 @@ from procrl.trainers.advantages import (
     pad_step_rewards,
     token_advantages,
 )
-from procrl.trainers.console import install_console_line
-from procrl.trainers.hacking import correlation, repetition_rate
-from procrl.trainers.monitoring import MonitorArguments, TrainingMonitor, log_batch_monitors, step_reward_columns
-from procrl.trainers.rollout import ProcessRollout
+from procrl.trainers.monitoring import (
+    MonitorArguments,
+    TrainingMonitor,
+    correlation,
+    install_console_line,
+    log_batch_monitors,
+    repetition_rate,
+    step_reward_columns,
+)
+from procrl.trainers.rollout import ProcessRollout, resolve_importance_sampling
 from procrl.trainers.vllm_colocate import finish_vllm_setup, resolve_generation_backend, trl_llm_overrides
-from procrl.trainers.vllm_rollout import resolve_importance_sampling
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -100,7 +105,7 @@ class ProcessGRPOConfig(GRPOConfig, EngineArguments, MonitorArguments):
     Differences from TRL's defaults:
     - `bf16`: "auto" = bf16 autocast where the hardware computes bf16 natively, else fp32
       (`procrl.generation.runtime.resolve_bf16`); TRL's None means True, which raises on a CPU-only machine.
-    - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`vllm_rollout`).
+    - `vllm_importance_sampling_correction`: None = auto, off where the sampler is the policy (`procrl.trainers.rollout`).
     - `multi_objective_aggregation`: "normalize_then_sum", so a bonus cannot dominate groups whose outcome
       rewards are all equal (docs/architecture.md "Reward functions").
 

@@ -1,5 +1,5 @@
-"""What `ProcessGRPOTrainer` logs beyond TRL at every logging step: the reward-hacking monitors
-(`procrl.trainers.hacking`), the per-step scores in the completions table, and `completions.jsonl`.
+"""What `ProcessGRPOTrainer` logs beyond TRL at every logging step: the reward-hacking monitors and their math, the
+per-step scores in the completions table, `completions.jsonl`, and one readable console line per logging step.
 
 Metrics (TRL's `_log_metric` per generation batch, averaged per logging step; never NaN, a key is left out when its
 value is undefined):
@@ -9,7 +9,7 @@ value is undefined):
   tokens) within each prompt's group, averaged over the groups where it is defined.
 - `hacking/reward_accuracy_corr` (train logs only): the rolling correlation of TRL's `reward` (weighted reward mean)
   with `task/accuracy` over the last `hacking_window` logging steps; a WARNING is logged when it turns negative
-  while the reward rises (`hacking.RewardAccuracyMonitor`).
+  while the reward rises (`RewardAccuracyMonitor`).
 
 Completions table: TRL keeps the latest generation batch in `trainer._logs` (prompt, completion, one column per
 reward, advantage, and the `extra` columns that reward functions add through TRL's `log_extra`; grpo_trainer.py
@@ -26,36 +26,225 @@ At train begin (`TrainingMonitor.attach` registers the hook) a fresh run moves a
 a rerun into the same output_dir never interleaves two attempts' rows.
 
 A monitor that fails on a batch (`log_batch_monitors`) is a logged warning, never a crash mid-training.
+
+The monitors' math:
+- `repetition_rate(tokens)`: the fraction of repeated n-grams (n = 4) in one completion,
+  `1 - #distinct n-grams / #n-grams`; None for a completion with fewer than n tokens (it has no n-gram, so it is
+  excluded from the batch mean rather than counted as "no repetition"). `hacking/repetition_rate` is the mean
+  over the completions that have an n-gram (not logged when none has).
+- `within_group_corr(values, lengths, group_size)`: the Pearson correlation of a reward with completion length
+  inside each prompt's group of G completions, averaged over the groups where it is defined (at least 2
+  completions with a reward, neither the reward nor the length constant); None when no group qualifies
+  (`hacking/length_corr/<reward name>` is then not logged for that batch).
+- `RewardAccuracyMonitor`: the rolling Pearson correlation between the weighted reward mean and task accuracy over
+  the last N logging steps (`hacking/reward_accuracy_corr`), and a warning when it is negative while the reward
+  rises (the least-squares slope of the reward over the window is > 0): the process-only collapse that the PUM
+  paper reports for PRM rewards (the reward climbs, accuracy falls). The warning fires once per crossing.
+
+The math takes plain Python sequences of floats (NaN = missing) and never returns NaN: an undefined value is None.
+Sums use `math.fsum`.
+
+The console line (`ProcessGRPOConfig.console_line`): transformers registers `PrinterCallback` (with `disable_tqdm`)
+or its `ProgressCallback` (transformers/trainer.py:599), and both write the whole metrics dict with floats turned into
+strings (trainer_callback.py:673-690 and :703-708). `install_console_line(trainer)` swaps that callback for
+`ConsoleLineCallback`, which keeps the progress bar (when tqdm is on) and logs, through procrl's logger
+`procrl.trainers.monitoring.console` (its own, so the line can be silenced or routed apart from the monitors'
+messages), a line like
+
+    step 3/25 | loss 0.012 | reward 0.41 ± 0.22 | acc 0.38 | len 143 | outcome_reward 0.38 | picsar_bonus 0.12 |
+    hacking rep 0.03 r·acc -0.2 | 12.3 s/step
+
+When procrl's logger would not show an INFO record (its level is above INFO, or no handler up its chain takes
+INFO: a library user who never configured logging has only `logging.lastResort`, which shows WARNING and up), the
+line is written to stdout with `tqdm.write` instead, where transformers' `PrinterCallback` printed its dict: the
+per-step output is never lost by default.
+
+Fields whose metric is missing (or None/NaN) are left out. The full metrics are untouched: the callback only reads
+`logs`; `state.log_history` and the report_to backends get everything (they are filled before the callbacks run,
+`Trainer.log`, transformers/trainer.py:4210-4211).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import time
+from collections import deque
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from transformers.trainer_callback import TrainerCallback
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
+from transformers.trainer import DEFAULT_PROGRESS_CALLBACK
+from transformers.trainer_callback import PrinterCallback, ProgressCallback, TrainerCallback
 
 from procrl.step_rewards import StepRewards
-from procrl.trainers.hacking import RewardAccuracyMonitor, mean_repetition_rate, within_group_corr
 from procrl.utils import completion_to_text, get_logger, json_safe, prompt_to_text
 
 logger = get_logger(__name__)
+console_logger = get_logger(f"{__name__}.console")  # the console line's records (module docstring)
 
 __all__ = [
     "COMPLETIONS_FILE",
     "CompletionsLog",
+    "ConsoleLineCallback",
     "MonitorArguments",
+    "RewardAccuracyMonitor",
     "TrainingMonitor",
+    "correlation",
+    "format_console_line",
+    "format_number",
+    "install_console_line",
     "log_batch_monitors",
+    "mean_repetition_rate",
+    "repetition_rate",
+    "shows_info",
+    "slope",
     "step_reward_columns",
+    "within_group_corr",
 ]
 
 COMPLETIONS_FILE = "completions.jsonl"
 _FIXED_KEYS = ("step", "mode", "index", "prompt", "completion", "rewards", "advantage")
+NGRAM = 4
+MIN_WINDOW = 3  # the fewest points a correlation and a trend are computed from
+
+
+def repetition_rate(tokens: Sequence[Hashable], n: int = NGRAM) -> float | None:
+    """`1 - #distinct n-grams / #n-grams` of one token sequence, in [0, 1); None when it has fewer than n tokens.
+
+    `tokens` are token ids (or any hashable units: words, characters). 0.0 = no n-gram occurs twice.
+
+    >>> repetition_rate([1, 2, 3, 4, 1, 2, 3, 4])  # 5 four-grams, 4 distinct
+    0.2
+    >>> repetition_rate([7, 7, 7]) is None
+    True
+    """
+    if n < 1:
+        raise ValueError(f"repetition_rate needs n >= 1, got {n}")
+    tokens = list(tokens)
+    count = len(tokens) - n + 1
+    if count <= 0:
+        return None
+    distinct = len({tuple(tokens[i : i + n]) for i in range(count)})
+    return (count - distinct) / count  # = 1 - distinct / count, without its rounding
+
+
+def mean_repetition_rate(rates: Sequence[float | None]) -> float | None:
+    """Mean of the per-completion rates that are defined (None and NaN = excluded); None when none is."""
+    valid = [r for r in rates if r is not None and not math.isnan(r)]
+    return math.fsum(valid) / len(valid) if valid else None
+
+
+def correlation(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Pearson correlation of two equally long sequences, in [-1, 1]; None when undefined (fewer than 2 points, or
+    either sequence constant). Pairs with a NaN in either element are dropped first.
+
+    Raises:
+        ValueError: the sequences differ in length.
+
+    >>> correlation([1, 2, 3, 4], [2, 1, 4, 3])
+    0.6
+    >>> correlation([1, 1, 1], [1, 2, 3]) is None
+    True
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"correlation needs sequences of equal length, got {len(xs)} and {len(ys)}")
+    pairs = [(float(x), float(y)) for x, y in zip(xs, ys, strict=True) if not (math.isnan(x) or math.isnan(y))]
+    if len(pairs) < 2:
+        return None
+    x, y = zip(*pairs, strict=True)
+    if min(x) == max(x) or min(y) == max(y):  # exact test: rounding residue must not pass for variance
+        return None
+    mx, my = math.fsum(x) / len(x), math.fsum(y) / len(y)
+    sxy = math.fsum((a - mx) * (b - my) for a, b in pairs)
+    sxx, syy = math.fsum((a - mx) ** 2 for a in x), math.fsum((b - my) ** 2 for b in y)
+    return max(-1.0, min(1.0, sxy / math.sqrt(sxx * syy)))
+
+
+def slope(ys: Sequence[float]) -> float | None:
+    """Least-squares slope of `ys` against 0, 1, 2, ... (units of y per point); None for fewer than 2 points.
+
+    >>> slope([1.0, 3.0, 5.0])
+    2.0
+    """
+    if len(ys) < 2:
+        return None
+    n = len(ys)
+    mx, my = (n - 1) / 2, math.fsum(ys) / n
+    return math.fsum((i - mx) * (y - my) for i, y in enumerate(ys)) / math.fsum((i - mx) ** 2 for i in range(n))
+
+
+def within_group_corr(values: Sequence[float], lengths: Sequence[float], group_size: int) -> float | None:
+    """Mean over prompt groups of corr(reward, length) inside each group; None when no group has a defined one.
+
+    Args:
+        values: one reward per completion `(N,)`, NaN = the reward did not apply; groups are consecutive blocks of
+            `group_size` (TRL's layout: `rewards_per_func.view(-1, num_generations)`).
+        lengths: completion lengths in tokens `(N,)`.
+        group_size: G, completions per prompt (>= 1; a group of 1 never has a correlation).
+
+    Raises:
+        ValueError: unequal lengths, or N not a multiple of `group_size`.
+    """
+    if group_size < 1 or len(values) % group_size or len(values) != len(lengths):
+        raise ValueError(
+            f"within_group_corr needs equally long values and lengths made of whole groups; got {len(values)} values, "
+            f"{len(lengths)} lengths, group_size {group_size}"
+        )
+    corrs = []
+    for start in range(0, len(values), group_size):
+        corr = correlation(values[start : start + group_size], lengths[start : start + group_size])
+        if corr is not None:
+            corrs.append(corr)
+    return math.fsum(corrs) / len(corrs) if corrs else None
+
+
+class RewardAccuracyMonitor:
+    """Rolling reward-accuracy correlation over the last `window` logging steps, with the collapse warning.
+
+    `update(reward, accuracy)` adds one logging step (skipped when either is None or NaN) and returns the Pearson
+    correlation over the points in the window (the last `window`, or all of them before the window fills), None
+    while there are fewer than 3 or either series is constant. `collapsing` is then True when that correlation is
+    < 0 and the reward's least-squares slope over the same points is > 0; `update` returns `(corr, warn)`, where
+    `warn` is True only on the update at which `collapsing` turns True (once per crossing: it must turn False,
+    including an undefined correlation, before it can warn again).
+
+    Raises:
+        ValueError: `window` < 3.
+    """
+
+    def __init__(self, window: int = 10):
+        if window < MIN_WINDOW:
+            raise ValueError(f"hacking_window must be >= {MIN_WINDOW} (logging steps), got {window}")
+        self.window = window
+        self.rewards: deque[float] = deque(maxlen=window)
+        self.accuracies: deque[float] = deque(maxlen=window)
+        self.collapsing = False
+
+    def update(self, reward: float | None, accuracy: float | None) -> tuple[float | None, bool]:
+        if reward is None or accuracy is None or math.isnan(reward) or math.isnan(accuracy):
+            return None, False
+        self.rewards.append(float(reward))
+        self.accuracies.append(float(accuracy))
+        corr = correlation(self.rewards, self.accuracies) if len(self.rewards) >= MIN_WINDOW else None
+        trend = slope(self.rewards)
+        collapsing = corr is not None and corr < 0 and trend is not None and trend > 0
+        warn = collapsing and not self.collapsing
+        self.collapsing = collapsing
+        return corr, warn
+
+    def describe(self) -> str:
+        """The window's numbers for the warning text."""
+        return (
+            f"reward {self.rewards[0]:.3g} -> {self.rewards[-1]:.3g} (slope {slope(self.rewards):+.3g}/step), "
+            f"accuracy {self.accuracies[0]:.3g} -> {self.accuracies[-1]:.3g} over the last {len(self.rewards)} "
+            "logging steps"
+        )
 
 
 @dataclass
@@ -306,6 +495,130 @@ class _TrainBegin(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.monitor.on_train_begin(state.global_step)
+
+
+def format_number(value) -> str | None:
+    """A metric for the console: 3 significant digits, whole numbers from 100 up; None for a missing value.
+
+    >>> [format_number(v) for v in (0.01234, 143.25, -0.2, 12.34, None, float("nan"))]
+    ['0.0123', '143', '-0.2', '12.3', None, None]
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def format_console_line(logs: dict, step: int, max_steps: int | None = None, seconds_per_step: float | None = None):
+    """The console line of one `logs` dict (a train or an `eval_` log; the final training summary gets its own
+    short form). Returns None when there is nothing to show."""
+    if "train_runtime" in logs:
+        parts = [f"done: {step} steps", f"{format_number(logs['train_runtime'])} s"]
+        if format_number(logs.get("train_loss")):
+            parts.append(f"train_loss {format_number(logs['train_loss'])}")
+        return " | ".join(parts)
+    prefix = "eval_" if any(k.startswith("eval_") for k in logs) else ""
+    get = lambda key: format_number(logs.get(prefix + key))  # noqa: E731 - a local shorthand
+    parts = [f"{'eval ' if prefix else ''}step {step}" + (f"/{max_steps}" if max_steps and max_steps > 0 else "")]
+
+    def add(label: str, key: str) -> None:
+        if get(key) is not None:
+            parts.append(f"{label} {get(key)}")
+
+    add("loss", "loss")
+    if get("reward") is not None:
+        spread = f" ± {get('reward_std')}" if get("reward_std") is not None else ""
+        parts.append(f"reward {get('reward')}{spread}")
+    add("acc", "task/accuracy")
+    add("len", "completions/mean_length")
+    add("kl", "kl")
+    for key in sorted(logs):
+        name = key.removeprefix(prefix)
+        if name.startswith("rewards/") and name.endswith("/mean") and get(name) is not None:
+            parts.append(f"{name[len('rewards/') : -len('/mean')]} {get(name)}")
+    add("frs", "frs/score")
+    hacking = [
+        f"{label} {get(key)}"
+        for label, key in (("rep", "hacking/repetition_rate"), ("r·acc", "hacking/reward_accuracy_corr"))
+        if get(key) is not None
+    ]
+    if hacking:
+        parts.append("hacking " + " ".join(hacking))
+    if format_number(seconds_per_step) is not None:
+        parts.append(f"{format_number(seconds_per_step)} s/step")
+    return " | ".join(parts) if len(parts) > 1 else None
+
+
+def shows_info(log: logging.Logger) -> bool:
+    """Whether an INFO record of `log` reaches a handler: `log` is enabled for INFO and it or an ancestor it
+    propagates to has a handler whose level is INFO or lower (`logging.Logger.callHandlers`, logging/__init__.py;
+    `logging.lastResort`, used when there is none, shows WARNING and up). Handler filters are not consulted."""
+    if not log.isEnabledFor(logging.INFO):
+        return False
+    current: logging.Logger | None = log
+    while current is not None:
+        if any(handler.level <= logging.INFO for handler in current.handlers):
+            return True
+        current = current.parent if current.propagate else None
+    return False
+
+
+class ConsoleLineCallback(ProgressCallback):
+    """transformers' `ProgressCallback` (the bar, unless `disable_tqdm`) whose `on_log` logs `format_console_line`
+    at INFO on the world's main process instead of writing the dict, or writes it to stdout with `tqdm.write` when
+    procrl's logger would not show it (`shows_info`). Seconds per step are wall time between two
+    train logs divided by the optimizer steps between them (from the start of training for the first)."""
+
+    def __init__(self, max_str_len: int = 100):
+        super().__init__(max_str_len)
+        self._last: tuple[float, int] | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not args.disable_tqdm:
+            super().on_train_begin(args, state, control, **kwargs)
+        self._last = (time.monotonic(), state.global_step)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.training_bar is not None:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.training_bar is not None:
+            super().on_train_end(args, state, control, **kwargs)
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if not args.disable_tqdm:
+            super().on_prediction_step(args, state, control, eval_dataloader=eval_dataloader, **kwargs)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        seconds = None
+        is_train = not any(k.startswith("eval_") for k in logs) and "train_runtime" not in logs
+        if is_train and self._last is not None and state.global_step > self._last[1]:
+            now = time.monotonic()
+            seconds = (now - self._last[0]) / (state.global_step - self._last[1])
+            self._last = (now, state.global_step)
+        line = format_console_line(logs, state.global_step, state.max_steps, seconds)
+        if line is None:
+            return
+        if not shows_info(console_logger):  # nobody configured logging (a library user): print like PrinterCallback did
+            tqdm.write(line)  # above the bar, if there is one (tqdm/std.py:718-726)
+        elif self.training_bar is not None:
+            with logging_redirect_tqdm():  # root's console handlers write through tqdm, so the bar stays intact
+                console_logger.info(line)
+        else:
+            console_logger.info(line)
+
+
+def install_console_line(trainer) -> ConsoleLineCallback:
+    """Replace transformers' `PrinterCallback` / `ProgressCallback` on `trainer` by a `ConsoleLineCallback`."""
+    # by class: removes the instance transformers added (trainer.py:599; its notebook bar where that is the default,
+    # trainer.py:187-192)
+    for callback in {PrinterCallback, ProgressCallback, DEFAULT_PROGRESS_CALLBACK}:
+        trainer.remove_callback(callback)
+    callback = ConsoleLineCallback()
+    trainer.add_callback(callback)
+    return callback
 
 
 def _row_step(line: str) -> int | None:

@@ -13,8 +13,7 @@ from pathlib import Path
 from procrl.data_builders.pum_math.config import PLAIN_ONE_SHOT_TEMPLATE, PLAIN_STOP, PUMMathConfig
 from procrl.data_builders.pum_math.prefixes import Prefix, Problem
 from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
-from procrl.generation import SamplingParams, render_prompts
-from procrl.generation.stopping import strip_stop
+from procrl.generation import SamplingParams, make_engine_from, render_prompts, strip_stop
 from procrl.models import resolve_model
 from procrl.rewards import outcome
 from procrl.rewards.steps import tokenize_steps
@@ -83,14 +82,15 @@ def warn_timeouts(n: int, config: PUMMathConfig, what: str) -> None:
 
 def _make_engine(name: str, config: PUMMathConfig, state):
     device = config.device or (str(state.device) if state is not None else None)
-    return config.make_engine(resolve_model(name), batch_size=config.batch_size, device=device)
+    return make_engine_from(config, resolve_model(name), batch_size=config.batch_size, device=device)
 
 
 class EnginePool:
     """The builder's engines by model name: the caller's (`given`, e.g. scripted test engines), else built on first
-    use (`config.make_engine`: its `generation_backend`). It holds at most one engine it built, released when another
-    model is asked for: consecutive stages of one model (the policy that is also a student, the replication check)
-    load it once, and two models never share the memory (a vLLM engine on a GPU takes most of it)."""
+    use (`make_engine_from(config, ...)`: its `generation_backend`). It holds at most one engine it built, released
+    when another model is asked for: consecutive stages of one model (the policy that is also a student, the
+    replication check) load it once, and two models never share the memory (a vLLM engine on a GPU takes most of
+    it)."""
 
     def __init__(self, config: PUMMathConfig, state=None, given: dict | None = None):
         self.config, self.state, self.given = config, state, dict(given or {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from procrl.evals.figures import figure
+from procrl.evals.reporting import figure
 from procrl.evals.stepgap.intervals import CI_METRICS
 
 __all__ = ["plot_metrics"]

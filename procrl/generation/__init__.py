@@ -1,57 +1,51 @@
-"""Generation primitives (core layer): prompt rendering, batched `generate` with log-probs kept, rollout engines,
-the settings that choose an engine (`EngineArguments`), the one stop rule (`procrl.generation.stopping`) and the one
-raw-distribution rule (`draws_raw_distribution`).
+"""Generation primitives (core layer): prompt rendering, batched `generate` with log-probs kept, teacher-forced
+log-probs, rollout engines, the settings that choose an engine (`EngineArguments`), the one stop rule and the one
+raw-distribution rule (`procrl.generation.sampling`).
 
-`procrl.generation.hf` drives transformers `generate`; the rollout engines of the data builders
-(`procrl.generation.engines`: transformers and vLLM) build on it.
+The modules, by job: `runtime` (where generation runs: `EngineArguments`, device, dtype, bf16, seeds, weight
+fingerprints), `sampling` (what an engine is asked and returns: `SamplingParams`, `Rollout`, `RolloutEngine`; where
+a completion ends; whether a sampler draws from the raw distribution), `hf` (token log-probs of a transformers
+model: `generate` keeping the sampler's, teacher-forced `sequence_logps`), `transformers_engine` and `vllm_engine`
+(the two engines; `auto_engine`: what "auto" means here) and `engines` (`make_engine`, `make_engine_from`: build the
+engine a command's settings name).
+
+The names below are imported from their module on first use (PEP 562), so importing one module (a command's settings,
+the GRPO trainer's vLLM path) loads none of the others.
 """
 
-from procrl.generation.engines import (
-    FINISH_REASONS,
-    GENERATION_BACKENDS,
-    EngineArguments,
-    Rollout,
-    RolloutEngine,
-    SamplingParams,
-    TransformersEngine,
-    VLLMEngine,
-    auto_engine,
-    default_state,
-    derive_seed,
-    draws_raw_distribution,
-    import_vllm,
-    make_engine,
-    sampled_logprobs_are_raw,
-    vllm_on_cpu,
-    weights_fingerprint,
-)
-from procrl.generation.hf import GenerationOutput, eos_token_ids, generate_completions, left_pad, render_prompts
-from procrl.generation.stopping import completion_lengths, cut_completion, stop_criteria
+from procrl.utils import lazy_exports
 
-__all__ = [
-    "EngineArguments",
-    "FINISH_REASONS",
-    "GENERATION_BACKENDS",
-    "GenerationOutput",
-    "Rollout",
-    "RolloutEngine",
-    "SamplingParams",
-    "TransformersEngine",
-    "VLLMEngine",
-    "auto_engine",
-    "completion_lengths",
-    "cut_completion",
-    "default_state",
-    "derive_seed",
-    "draws_raw_distribution",
-    "eos_token_ids",
-    "generate_completions",
-    "left_pad",
-    "import_vllm",
-    "make_engine",
-    "render_prompts",
-    "sampled_logprobs_are_raw",
-    "stop_criteria",
-    "vllm_on_cpu",
-    "weights_fingerprint",
-]
+# public name -> its module in this package
+_EXPORTS = {
+    "EngineArguments": "runtime",
+    "GENERATION_BACKENDS": "runtime",
+    "default_state": "runtime",
+    "derive_seed": "runtime",
+    "weights_fingerprint": "runtime",
+    "FINISH_REASONS": "sampling",
+    "Rollout": "sampling",
+    "RolloutEngine": "sampling",
+    "SamplingParams": "sampling",
+    "completion_lengths": "sampling",
+    "cut_completion": "sampling",
+    "draws_raw_distribution": "sampling",
+    "stop_criteria": "sampling",
+    "strip_stop": "sampling",
+    "GenerationOutput": "hf",
+    "eos_token_ids": "hf",
+    "generate_completions": "hf",
+    "left_pad": "hf",
+    "render_prompts": "hf",
+    "sequence_logps": "hf",
+    "TransformersEngine": "transformers_engine",
+    "VLLMEngine": "vllm_engine",
+    "auto_engine": "vllm_engine",
+    "import_vllm": "vllm_engine",
+    "sampled_logprobs_are_raw": "vllm_engine",
+    "vllm_on_cpu": "vllm_engine",
+    "make_engine": "engines",
+    "make_engine_from": "engines",
+}
+__all__ = list(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

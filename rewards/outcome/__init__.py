@@ -25,9 +25,9 @@ Pipeline
    (0.0); a gold whose parse times out is unparseable (None). Extracted answers and golds longer than
    ``MAX_ANSWER_CHARS`` are ignored.
 
-Modules, one job each: ``normalize`` (answer values for math-verify), ``extract`` (answer extraction), ``compare``
-(math-verify and the numeric rules), ``deadline`` (time limits, worker processes), ``verify`` (``parse_gold``,
-``is_correct``), ``reward`` (the TRL reward functions). Their public names are all importable from here.
+Modules, one job each: ``extract`` (answer extraction, answer values for math-verify), ``compare`` (math-verify and
+the numeric rules), ``deadline`` (time limits, worker processes), ``verify`` (``parse_gold``, ``is_correct`` and the
+TRL reward functions built on them). Their public names are all importable from here.
 
 ``DEFAULT_TIMEOUT_S`` is read at call time: ``procrl.rewards.outcome.DEFAULT_TIMEOUT_S = 10.0`` sets the budget of
 every later check (it is stored in `procrl.rewards.outcome.deadline`).
@@ -39,10 +39,8 @@ import sys
 import types
 
 from procrl.rewards.outcome import deadline as _deadline
-from procrl.rewards.outcome.extract import ANSWER_EXTRACTION_MODES, TAIL_CHARS, extract_answer
-from procrl.rewards.outcome.normalize import MAX_ANSWER_CHARS
-from procrl.rewards.outcome.reward import OutcomeReward, get_outcome_reward, outcome_reward
-from procrl.rewards.outcome.verify import is_correct, parse_gold
+from procrl.rewards.outcome.extract import ANSWER_EXTRACTION_MODES, MAX_ANSWER_CHARS, TAIL_CHARS, extract_answer
+from procrl.rewards.outcome.verify import OutcomeReward, get_outcome_reward, is_correct, outcome_reward, parse_gold
 
 __all__ = [
     "ANSWER_EXTRACTION_MODES",

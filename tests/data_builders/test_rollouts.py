@@ -22,13 +22,13 @@ from subprocesses import wait_for_output  # tests/helpers
 
 from procrl.data_builders.rollout_shards import read_shard_file
 from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
-from procrl.generation import derive_seed
-from procrl.generation.engines import (
+from procrl.generation import (
     Rollout,
     RolloutEngine,
     SamplingParams,
     TransformersEngine,
     cut_completion,
+    derive_seed,
     make_engine,
     weights_fingerprint,
 )

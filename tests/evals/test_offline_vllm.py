@@ -19,9 +19,8 @@ from procrl.evals.frs import FRSArguments
 from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
 from procrl.evals.frs.traces import read_traces
 from procrl.evals.selection import SelectConfig, run_select
-from procrl.generation import TransformersEngine, VLLMEngine, render_prompts
+from procrl.generation import TransformersEngine, VLLMEngine, render_prompts, sequence_logps
 from procrl.judges import JudgeArguments
-from procrl.logprobs import sequence_logps
 from procrl.models import resolve_model
 
 pytest.importorskip("vllm", reason="the vLLM engine needs vllm (make install)")

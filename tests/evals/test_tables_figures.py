@@ -1,14 +1,13 @@
-"""The one markdown table writer (`procrl.evals.tables.markdown_table`) and the one figure helper
-(`procrl.evals.figures.figure`): the table's lines, alignment, "–" for None and escaped pipes, its errors; a figure
+"""The one markdown table writer (`procrl.evals.reporting.markdown_table`) and the one figure helper
+(`procrl.evals.reporting.figure`): the table's lines, alignment, "–" for None and escaped pipes, its errors; a figure
 saved as a PNG into a folder it creates, and closed also when drawing fails (nothing saved then)."""
 
 from __future__ import annotations
 
 import pytest
 
-from procrl.evals.figures import figure, pyplot
+from procrl.evals.reporting import figure, markdown_table, pyplot
 from procrl.evals.stats import MISSING
-from procrl.evals.tables import markdown_table
 
 
 def test_markdown_table_lines_alignment_missing_and_pipes():

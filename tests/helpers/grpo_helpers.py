@@ -46,7 +46,7 @@ def spy(trainer, method: str) -> list:
 
 def temperature_logps(model, prompt_ids, completion_ids, temperature: float) -> list[list[float]]:
     """log_softmax(logits / T) of each completion token `(L_i,)`, one unpadded forward per row, in float64: a
-    reference computed independently of `procrl.logprobs` and of any engine."""
+    reference computed independently of `procrl.generation.sequence_logps` and of any engine."""
     rows = []
     with torch.no_grad():
         for prompt, completion in zip(prompt_ids, completion_ids, strict=True):

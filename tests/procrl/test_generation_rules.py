@@ -18,9 +18,10 @@ from procrl.generation import (
     SamplingParams,
     completion_lengths,
     draws_raw_distribution,
+    make_engine_from,
     sampled_logprobs_are_raw,
 )
-from procrl.generation.stopping import eos_length
+from procrl.generation.sampling import eos_length
 from procrl.trainers.grpo import ProcessGRPOConfig
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -69,7 +70,7 @@ def test_make_engine_routes_the_settings_to_the_engine(monkeypatch, backend, vll
     monkeypatch.setattr(engines, "VLLMEngine", lambda model, **kw: Built("vllm", model, **kw))
     monkeypatch.setattr(engines, "TransformersEngine", lambda model, **kw: Built("transformers", model, **kw))
     args = EngineArguments(generation_backend=backend, vllm_kv_cache_gib=0.5, vllm_dtype=vllm_dtype)
-    built = args.make_engine("some/model", dtype="float32", device="cpu", batch_size=4)
+    built = make_engine_from(args, "some/model", dtype="float32", device="cpu", batch_size=4)
     assert (built.kind, built.model) == (backend, "some/model")
     if backend == "vllm":
         dtype = "float32" if vllm_dtype == "auto" else vllm_dtype

@@ -1,4 +1,4 @@
-"""procrl.logprobs.sequence_logps against values computed by hand or by an independent forward pass."""
+"""procrl.generation.sequence_logps against values computed by hand or by an independent forward pass."""
 
 from types import SimpleNamespace
 
@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from procrl.logprobs import sequence_logps
+from procrl.generation import sequence_logps
 
 
 class ChainLM(nn.Module):

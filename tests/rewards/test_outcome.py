@@ -28,8 +28,6 @@ from procrl.rewards.outcome import (
     parse_gold,
 )
 from procrl.rewards.outcome import extract as extract_module
-from procrl.rewards.outcome import normalize as normalize_module
-from procrl.rewards.outcome import reward as reward_module
 from procrl.rewards.outcome import verify as verify_module
 
 # A short GSM8K-style solution: the calculator annotations hold intermediate values (24, 72), the answer is 72.
@@ -43,7 +41,7 @@ assert len(FILLER_400) == 400
 # sympy evaluates 10^(10^10) as an exact big-integer power in C: effectively endless, and it holds the GIL.
 PATHOLOGICAL = r"So the answer is \boxed{10^{10^{10}}}"
 # The package and its modules, one job each (their doctests run in test_docstring_examples).
-OUTCOME_MODULES = [outcome_module, normalize_module, extract_module, compare, deadline, verify_module, reward_module]
+OUTCOME_MODULES = [outcome_module, extract_module, compare, deadline, verify_module]
 
 
 @pytest.fixture(scope="module", autouse=True)

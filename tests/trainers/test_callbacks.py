@@ -17,9 +17,8 @@ from transformers import GenerationConfig
 from procrl.evals.frs import FRSConfig, ReasoningJudgement, Trace, tail_confidence_from_logps
 from procrl.evals.frs import sampling as frs_traces
 from procrl.evals.frs.sampling import generate_traces
-from procrl.generation import render_prompts
+from procrl.generation import render_prompts, sequence_logps
 from procrl.judges import Judge, JudgeArguments, JudgeResult
-from procrl.logprobs import sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers import frs_callback
 from procrl.trainers.frs_callback import FRSCallback, add_frs_callback

@@ -1,4 +1,4 @@
-"""The console line of procrl's GRPO runs (`procrl.trainers.console`): its format, and where it goes (the procrl
+"""The console line of procrl's GRPO runs (`procrl.trainers.monitoring`): its format, and where it goes (the procrl
 logger when that shows INFO, else stdout through tqdm.write)."""
 
 import logging
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from transformers.trainer_callback import TrainerControl, TrainerState
 
-from procrl.trainers.console import ConsoleLineCallback, format_console_line, shows_info
+from procrl.trainers.monitoring import ConsoleLineCallback, format_console_line, shows_info
 
 FULL = {
     "loss": 0.0123,
@@ -75,7 +75,7 @@ def test_callback_logs_the_line_on_the_main_process(caplog, disable_tqdm):
         callback.on_log(args, state, control, logs={"loss": 0.25})
         state.is_world_process_zero = True
         callback.on_train_end(args, state, control)
-    lines = [r.getMessage() for r in caplog.records if r.name == "procrl.trainers.console"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "procrl.trainers.monitoring.console"]
     assert len(lines) == 2
     assert lines[0].startswith("step 2/5 | loss 0.25 | reward 0.5 ± 0.1 | ") and lines[0].endswith(" s/step")
     assert lines[1] == "eval step 2/5 | reward 0.3"  # no s/step for an eval log
@@ -143,11 +143,13 @@ def test_unconfigured_logging_prints_the_line(monkeypatch, set_level, capsys, ca
     lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step ")]
     assert len(lines) == 1 and lines[0].startswith("step 1/5 | loss 0.25 | reward 0.5 | ")
     assert lines[0].endswith(" s/step")
-    assert not [r for r in caplog.records if r.name == "procrl.trainers.console"]
+    assert not [r for r in caplog.records if r.name == "procrl.trainers.monitoring.console"]
 
 
 def test_configured_logging_gets_the_line_not_stdout(capsys, caplog):
     with caplog.at_level(logging.INFO, logger="procrl"):
         _one_log(disable_tqdm=True)
     assert "step 1/5" not in capsys.readouterr().out
-    assert [r.getMessage()[:8] for r in caplog.records if r.name == "procrl.trainers.console"] == ["step 1/5"]
+    assert [r.getMessage()[:8] for r in caplog.records if r.name == "procrl.trainers.monitoring.console"] == [
+        "step 1/5"
+    ]

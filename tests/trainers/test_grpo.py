@@ -8,8 +8,7 @@ import torch
 from datasets import Dataset
 from grpo_helpers import grpo_config, spy
 
-from procrl.generation import render_prompts
-from procrl.logprobs import sequence_logps
+from procrl.generation import render_prompts, sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.rewards.picsar import get_picsar_bonus
 from procrl.trainers import PINNED_TRL, check_trl_version

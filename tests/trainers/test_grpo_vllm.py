@@ -13,16 +13,14 @@ import torch
 from datasets import Dataset
 from grpo_helpers import grpo_config, max_diff, spy, temperature_logps
 
-import procrl.generation.engines as engines
+import procrl.generation.vllm_engine as vllm_engine
+import procrl.trainers.rollout as rollout_module
 import procrl.trainers.vllm_colocate as vllm_colocate
-import procrl.trainers.vllm_rollout as vllm_rollout
 from procrl.evals.accuracy import evaluate
-from procrl.generation import draws_raw_distribution, render_prompts
-from procrl.logprobs import sequence_logps
+from procrl.generation import draws_raw_distribution, render_prompts, sequence_logps
 from procrl.rewards.outcome import outcome_reward
 from procrl.trainers.grpo import ProcessGRPOConfig
-from procrl.trainers.rollout import needs_completion_logps
-from procrl.trainers.vllm_rollout import trl_sampling_fields
+from procrl.trainers.rollout import needs_completion_logps, trl_sampling_fields
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
 QUESTIONS = [("What is 2 + 3?", "5"), ("What is 4 + 4?", "8")]
@@ -54,8 +52,8 @@ def vllm_here(monkeypatch):
 
     monkeypatch.delenv("PROCRL_GENERATION_BACKEND", raising=False)
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    monkeypatch.setattr(engines, "vllm_on_cpu", on_cpu)
-    monkeypatch.setattr(engines.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(vllm_engine, "vllm_on_cpu", on_cpu)
+    monkeypatch.setattr(vllm_engine.torch.cuda, "is_available", lambda: False)
     return types.SimpleNamespace(set=lambda build: state.update(build=build))
 
 
@@ -222,21 +220,21 @@ BF16_POLICY = torch.nn.Linear(2, 2).to(torch.bfloat16)
     ],
 )
 def test_importance_sampling_auto(monkeypatch, changes, model, on_cpu, expected):
-    monkeypatch.setattr(vllm_rollout, "vllm_on_cpu", lambda: on_cpu)
+    monkeypatch.setattr(rollout_module, "vllm_on_cpu", lambda: on_cpu)
     args = _is_args(**changes)
-    on, reason = vllm_rollout.resolve_importance_sampling(args, model)
+    on, reason = rollout_module.resolve_importance_sampling(args, model)
     assert on is expected and reason
     assert args.vllm_importance_sampling_correction is expected  # set for TRL, which copies it in __init__
 
 
 def test_importance_sampling_auto_is_refined_with_the_policy(monkeypatch):
-    monkeypatch.setattr(vllm_rollout, "vllm_on_cpu", lambda: True)
+    monkeypatch.setattr(rollout_module, "vllm_on_cpu", lambda: True)
     args = _is_args()
-    assert vllm_rollout.resolve_importance_sampling(args)[0] is True  # the config: policy dtype unknown, TRL's True
-    assert vllm_rollout.resolve_importance_sampling(args, FP32_POLICY)[0] is False  # the trainer: an fp32 policy
-    assert vllm_rollout.resolve_importance_sampling(args, BF16_POLICY)[0] is True  # still auto: refined again
+    assert rollout_module.resolve_importance_sampling(args)[0] is True  # the config: policy dtype unknown, TRL's True
+    assert rollout_module.resolve_importance_sampling(args, FP32_POLICY)[0] is False  # the trainer: an fp32 policy
+    assert rollout_module.resolve_importance_sampling(args, BF16_POLICY)[0] is True  # still auto: refined again
     explicit = _is_args(vllm_importance_sampling_correction=False)
-    assert vllm_rollout.resolve_importance_sampling(explicit, BF16_POLICY) == (False, "set explicitly")
+    assert rollout_module.resolve_importance_sampling(explicit, BF16_POLICY) == (False, "set explicitly")
 
 
 def test_importance_sampling_auto_reaches_trl(tmp_path, tiny_llama, tokenizer):

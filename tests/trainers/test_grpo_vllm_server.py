@@ -18,7 +18,7 @@ What is verified (everything on the trainer side of the HTTP/NCCL boundary, TRL'
 - `ProcessRollout` returns the fake's prompt ids (one row per completion), completion ids and top-1 log-probs
   unchanged, and, for a simulated 2-process run, each rank gets its own slice of the server's rows;
 - `completion_logps` (what the reward functions get) equal an independent unpadded policy forward at T = 1
-  (the server-mode rescoring path, `vllm_rollout.policy_logps`), within 1e-4;
+  (the server-mode rescoring path, `procrl.trainers.rollout.policy_logps`), within 1e-4;
 - the weight sync runs before each step's generation whose global_step changed (steps 0 and 1), through
   `update_named_params` with metadata and tensors for every policy parameter (names, dtypes, shapes), the values
   being the policy's after the optimizer step, followed by `reset_prefix_cache`; TRL's importance-sampling metrics

@@ -1,10 +1,10 @@
-"""The reward-hacking monitors' math (`procrl.trainers.hacking`) against hand-computed values."""
+"""The reward-hacking monitors' math (`procrl.trainers.monitoring`) against hand-computed values."""
 
 import math
 
 import pytest
 
-from procrl.trainers.hacking import (
+from procrl.trainers.monitoring import (
     RewardAccuracyMonitor,
     correlation,
     mean_repetition_rate,

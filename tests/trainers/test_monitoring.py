@@ -19,11 +19,11 @@ from procrl.generation import render_prompts
 from procrl.rewards.outcome import outcome_reward
 from procrl.step_rewards import StepRewards
 from procrl.trainers import monitoring
-from procrl.trainers.console import ConsoleLineCallback
 from procrl.trainers.grpo import ProcessGRPOTrainer
 from procrl.trainers.monitoring import (
     COMPLETIONS_FILE,
     CompletionsLog,
+    ConsoleLineCallback,
     TrainingMonitor,
     log_batch_monitors,
     step_reward_columns,
@@ -199,7 +199,7 @@ def test_training_step_logs_monitors_completions_and_a_console_line(tmp_path, ti
     _check_monitors(logs, rows, tokenizer)
     assert all("process/step_rewards" not in r and "process/step_ends" not in r for r in rows)  # outcome mode
     assert "hacking/reward_accuracy_corr" not in logs  # one logging step: no correlation yet
-    lines = [r.getMessage() for r in caplog.records if r.name == "procrl.trainers.console"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "procrl.trainers.monitoring.console"]
     assert lines[0].startswith("step 1/1 | loss ") and " | acc 0.625 | " in lines[0] and "s/step" in lines[0]
     assert f"hacking rep {logs['hacking/repetition_rate']:.3g}" in lines[0]
     assert lines[-1].startswith("done: 1 steps")

@@ -68,7 +68,7 @@ def test_retrieved_override_and_question():
 
 
 def test_turns_stop_by_the_one_stop_rule(smollm2_tokenizer):
-    """The turns end where `procrl.generation.stopping` says: generation stops once the turn's text holds a tag, and
+    """The turns end where `procrl.generation.sampling` says: generation stops once the turn's text holds a tag, and
     the turn is cut after the token that completes it (a tag in the prompt never counts)."""
     tok = smollm2_tokenizer
     prompt = tok("a </search>", add_special_tokens=False)["input_ids"]
@@ -248,7 +248,7 @@ def test_real_generation_path(smollm2_tokenizer, tiny_llama):
     # tokens, log-probs equal to a teacher-forced forward of the sampled ids (raw distribution, T = 1)
     from transformers import GenerationConfig
 
-    from procrl.logprobs import sequence_logps
+    from procrl.generation import sequence_logps
 
     tok = smollm2_tokenizer
     prompts = [[{"role": "user", "content": "Question: Q1"}], [{"role": "user", "content": "Question: Q22"}]]

@@ -218,7 +218,7 @@ def _runs(mask):
 
 @pytest.mark.slow
 def test_real_engine_episodes(vllm_engine, hf_model, smollm2_tokenizer):
-    from procrl.logprobs import sequence_logps
+    from procrl.generation import sequence_logps
 
     tok = smollm2_tokenizer
     questions = ["capital of France", "capital of Kenya"]

@@ -23,7 +23,6 @@ from procrl.data_builders.datasets import BUILTIN_DATASETS, parse_eval_set
 from procrl.evals.frs.arguments import FRSArguments
 from procrl.judges import JudgeArguments
 from procrl.rewards.outcome import ANSWER_EXTRACTION_MODES
-from procrl.rewards.stepgap.nli_rule import NLIThresholds
 from procrl.trainers.tasks.rewards import PUM_REWARDS, check_reward_names, split_placebo
 
 __all__ = [
@@ -269,16 +268,14 @@ class SearchTaskArguments(JudgeArguments):
             raise ValueError(f"stepgap_lambda must be a finite number, got {self.stepgap_lambda}")
         if not (math.isfinite(self.stepgap_format_penalty) and self.stepgap_format_penalty <= 0):
             raise ValueError(f"stepgap_format_penalty must be finite and <= 0, got {self.stepgap_format_penalty}")
-        try:
-            NLIThresholds(self.stepgap_nli_entail_min, self.stepgap_nli_contradict_min)  # probabilities in (0, 1]
-        except ValueError as exc:
-            raise ValueError(f"stepgap_nli_entail_min / stepgap_nli_contradict_min: {exc}") from None
-
-    @property
-    def stepgap_nli_thresholds(self) -> NLIThresholds:
-        """The stage D/E decision rule of `stepgap_nli_entail_min` / `stepgap_nli_contradict_min` (both None: the
-        argmax)."""
-        return NLIThresholds(self.stepgap_nli_entail_min, self.stepgap_nli_contradict_min)
+        # the range `procrl.rewards.stepgap.nli_rule.NLIThresholds` accepts (the search task builds it from these),
+        # checked here so that parsing loads no StepGap code
+        for name in ("stepgap_nli_entail_min", "stepgap_nli_contradict_min"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1
+            ):
+                raise ValueError(f"{name}={value!r} must be a probability in (0, 1], or null for the NLI argmax")
 
 
 @dataclass

@@ -48,6 +48,7 @@ from procrl.judges.spec import open_judge_from
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.check import JUDGE_MAX_TOKENS
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
+from procrl.rewards.stepgap.nli_rule import NLIThresholds
 from procrl.rewards.stepgap.reward import StepGapRewardConfig
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.trainers.rollout import ProcessRollout
@@ -124,10 +125,11 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
         example=example,
     )
     retriever = open_retriever(search_args.retriever)
+    thresholds = NLIThresholds(search_args.stepgap_nli_entail_min, search_args.stepgap_nli_contradict_min)
     env = SearchEnvironment(retriever, topk=search_args.search_topk, max_turns=search_args.search_max_turns)
 
     logger.info("task=search: %d questions, retriever %s, judge %s, nli %s (%s), quotes %s", len(dataset),
-                search_args.retriever, search_args.judge, search_args.nli, search_args.stepgap_nli_thresholds,
+                search_args.retriever, search_args.judge, search_args.nli, thresholds,
                 "constrained" if search_args.stepgap_constrain_quotes else "free")  # fmt: skip
     with open_judge_from(search_args, output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS) as judge:
         nli = CachedNLI(make_nli(search_args.nli, judge))
@@ -138,7 +140,7 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
                 judge,
                 nli,
                 constrain_quotes=search_args.stepgap_constrain_quotes,
-                nli_thresholds=search_args.stepgap_nli_thresholds,
+                nli_thresholds=thresholds,
                 progress=True,
             ),
             reward_config=StepGapRewardConfig(
