@@ -5,7 +5,8 @@ For each level (a problem set `load_math_dataset` loads by name, e.g. `arith-ops
 start + n_problems)`), `run_calibration` samples `num_samples` completions per problem at `temperature` and decodes
 each problem once greedily, both through procrl's sample store (`procrl.evals.selection._decode`:
 content-addressed shards in `<output_dir>/cache`, so a rerun with the same model, engine, prompts and settings reads
-them instead of sampling). Each completion is checked with the outcome check of `procrl select` (strict extraction,
+them instead of sampling; shard c of level L is sampled with seed `derive_seed(seed, "calibrate/L", c)`, the greedy
+decodes with `derive_seed(0, "calibrate-greedy", c)`). Each completion is checked with the outcome check of `procrl select` (strict extraction,
 `procrl.rewards.outcome.is_correct`) and, where the row carries `gold_steps`, labelled by the step oracle
 (`procrl.rewards.oracle.oracle_labels`). Per level (`level_metrics`; c_i correct of n samples of problem i, over the
 P problems whose gold answer parses):
