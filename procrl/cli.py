@@ -25,6 +25,11 @@ procrl frs --model default --dataset gsm8k --frs-traces 16 --frs-k-percent 10 --
                              offline Filtered Reasoning Score of a model on a benchmark (run.json, frs.png)
 procrl frs compare RUN_DIR RUN_DIR... --output-dir D
                              models ranked by accuracy and by FRS@K per benchmark, with intervals and inversions
+procrl calibrate --model default --levels arith-ops1-d2-test arith-ops2-d2-test [--n-problems 64] [--output-dir D]
+                             per level: per-sample / greedy accuracy, pass@8, mixed-group share, ProcessAcc; names
+                             the edge level(s) (run.json, calibration.md, calibration.png)
+procrl calibrate --combine outputs/calib/* --out docs/results/calibration.md [--labels A B ...]
+                             one table (and plot) over finished calibrate runs, a row per (policy, level)
 procrl stepgap-eval --data annotated.jsonl --judge local
                              StepGap verifier metrics and stage ablations on an annotated set
 
@@ -77,6 +82,10 @@ COMMANDS = {
         "best-of-N selection (pum, picsar, majority, random) -> accuracy table; --ks: best-of-k curves",
     ),
     "beam": ("procrl.scripts.beam", "PUM-guided step-level beam search -> accuracy table"),
+    "calibrate": (
+        "procrl.scripts.calibrate",
+        "a policy's accuracy, pass@8, mixed groups and ProcessAcc per difficulty level; its edge level(s)",
+    ),
     "stepgap-eval": (
         "procrl.scripts.stepgap_eval",
         "StepGap verifier metrics (sF1, Q-F1, balanced accuracy, ablations)",
@@ -89,7 +98,7 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "frs", "stepgap-eval"),
+    "evaluate": ("select", "beam", "calibrate", "frs", "stepgap-eval"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever"),
 }
