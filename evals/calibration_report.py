@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from procrl.evals.calibration import PASS_K
-from procrl.evals.figures import figure
+from procrl.evals.reporting import figure, markdown_table
 from procrl.evals.stats import MISSING, format_estimate
-from procrl.evals.tables import markdown_table
 from procrl.experiment.tracking import RUN_FILE
 
 __all__ = [
