@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 27's calibration table (docs/results/calibration.md): where each policy stands on the arith ladder and which
+# level is its edge of competence (per-sample accuracy in [0.2, 0.6], pass@8 >= 0.7). Every stage is cached (SFT
+# checkpoints by content, samples in each run's store), so a rerun or a resumed run redoes nothing finished.
+#   launch/calibration.sh                 # all policies below, then the combined table
+#   POLICIES="organism" launch/calibration.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PROCRL=${PROCRL:-.venv/bin/procrl}
+[ -x "$PROCRL" ] || PROCRL=procrl
+OUT=outputs/calib
+POLICIES=${POLICIES:-"organism organism_300 organism_corrupted smollm2 gemma smollm2_sft"}
+N=${N:-64}                                # problems per level (the test split)
+D1="arith-ops1-d1-test arith-ops2-d1-test arith-ops3-d1-test arith-ops4-d1-test arith-ops6-d1-test"
+D2="arith-ops1-d2-test arith-ops2-d2-test arith-ops3-d2-test arith-ops4-d2-test"
+
+checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
+  $PROCRL sft --config "$1" >&2
+  local out
+  out=$(.venv/bin/python -c "import sys; from procrl.scripts.sft import make_parser; print(make_parser().parse_args_and_config(['--config', sys.argv[1]])[1].output_dir)" "$1")
+  .venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
+}
+
+calibrate() {  # calibrate LABEL MODEL TEMPLATE BACKEND LEVELS...
+  local label=$1 model=$2 template=$3 backend=$4; shift 4
+  $PROCRL calibrate --model "$model" --label "$label" --levels "$@" --n-problems "$N" --prompt-template "$template" \
+    --generation-backend "$backend" --max-new-tokens 96 --output-dir "$OUT/$label"
+}
+
+for policy in $POLICIES; do
+  case $policy in
+    organism) calibrate organism "$(checkpoint configs/demo/sft_organism.yaml)" "{question}" transformers $D1 ;;
+    organism_300) calibrate organism_300 "$(checkpoint configs/sft/organism_clean_short.yaml)" "{question}" transformers $D1 ;;
+    organism_corrupted) calibrate organism_corrupted "$(checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers $D1 ;;
+    smollm2) calibrate smollm2 default one_shot vllm $D2 ;;
+    gemma) calibrate gemma gemma3-270m one_shot vllm $D2 ;;
+    smollm2_sft) calibrate smollm2_sft "$(checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm $D2 ;;
+    *) echo "unknown policy $policy" >&2; exit 2 ;;
+  esac
+done
+runs=()
+for policy in $POLICIES; do [ -f "$OUT/$policy/run.json" ] && runs+=("$OUT/$policy"); done
+$PROCRL calibrate --combine "${runs[@]}" --out docs/results/calibration.md --title "Calibration on the arith ladder"
