@@ -43,7 +43,7 @@ from procrl.data_builders.datasets import BUILTIN_DATASETS, load_math_dataset, r
 from procrl.experiment.provenance import package_versions
 from procrl.experiment.tracking import write_json_atomic
 from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
-from procrl.models import cache_dir, load_policy, resolve_model
+from procrl.models import load_policy, resolve_model
 from procrl.scratch_models import build_scratch_model, is_scratch_spec, parse_scratch_spec
 from procrl.trainers import sft_cache
 from procrl.utils import default_wandb_offline, get_logger
@@ -224,12 +224,14 @@ class SFTResult:
 TASK_TOKENIZERS = {"arith": arithmetic_tokenizer}  # tokenizer=<name> of a scratch spec -> the task's own tokenizer
 
 
-def with_task_tokenizer(name: str) -> str:
+def with_task_tokenizer(name: str, root: Path) -> str:
     """`name` with a task tokenizer of a `scratch:` spec (`tokenizer=arith`, `TASK_TOKENIZERS`) saved under
-    `$PROCRL_CACHE/tokenizers/<name>` and named by that path; any other name unchanged. The cache key then hashes
-    the saved files like any tokenizer directory's (`procrl.data_builders.arithmetic_tokenizer`).
+    `<root>/tokenizers/<name>` (root: the SFT cache, `$PROCRL_CACHE/sft` by default) and named by that path; any
+    other name unchanged. The cache key then hashes the saved files like any tokenizer directory's
+    (`procrl.data_builders.arithmetic_tokenizer`).
 
-    >>> with_task_tokenizer("default"), with_task_tokenizer("scratch:llama,hidden=64,tokenizer=smollm2")
+    >>> root = Path("cache")
+    >>> with_task_tokenizer("default", root), with_task_tokenizer("scratch:llama,hidden=64,tokenizer=smollm2", root)
     ('default', 'scratch:llama,hidden=64,tokenizer=smollm2')
     """
     if not is_scratch_spec(name):
@@ -237,7 +239,7 @@ def with_task_tokenizer(name: str) -> str:
     spec = parse_scratch_spec(name)
     if spec.tokenizer not in TASK_TOKENIZERS:
         return name
-    directory = cache_dir() / "tokenizers" / spec.tokenizer
+    directory = Path(root) / "tokenizers" / spec.tokenizer
     if not directory.is_dir():  # written once, published by one rename (another rank may race: either copy wins)
         directory.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".tmp-{spec.tokenizer}-", dir=directory.parent))
@@ -256,7 +258,8 @@ def prepare_sft(script: SFTScriptArguments, training: SFTTrainingConfig, model_a
         SFTInputError: LoRA, a bad `scratch:` spec, data `load_math_dataset` refuses, a file that is not there,
             rows with an empty solution (`sft_examples`), a base directory without model files.
     """
-    name = model_args.model_name_or_path = with_task_tokenizer(model_args.model_name_or_path or "default")
+    name = with_task_tokenizer(model_args.model_name_or_path or "default", sft_cache.sft_cache_root(script.cache_dir))
+    model_args.model_name_or_path = name
     try:
         check_model_args(model_args)
         # the built-in and the generated arith sets decide their own columns
