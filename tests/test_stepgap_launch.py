@@ -215,9 +215,12 @@ def test_process_mode_uses_step_rewards(fakes, tmp_path):
         assert isinstance(step, StepGapStepRewards) and step.config.lam == 0.5 and step.verifier is task.verifier
 
 
-def test_the_search_task_needs_a_judge(fakes, tmp_path):
-    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--judge", "none"])
-    with pytest.raises(ValueError, match="task=search needs a judge"):
+@pytest.mark.parametrize(
+    ("judge", "message"), [("none", "task=search needs a judge"), ("oracle", "task=search needs an LLM judge")]
+)
+def test_the_search_task_needs_a_judge(fakes, tmp_path, judge, message):
+    ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--judge", judge])
+    with pytest.raises(ValueError, match=message):
         with ctx:
             pass
     assert fakes["opened"] == []

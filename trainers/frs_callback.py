@@ -7,7 +7,8 @@
 
 In `train_grpo.py` the settings are `procrl.trainers.tasks.arguments.FRSCallbackArguments` and the judge is the
 run's one judge (`procrl.judges.JudgeArguments`; reply budget `procrl.evals.frs.judging.JUDGE_MAX_TOKENS` by
-default; `judge: none` logs what needs no judge).
+default; `judge: oracle` is the step oracle, `procrl.evals.frs.oracle_judge.OracleJudge`, for an eval set with
+`gold_steps`; `judge: none` logs what needs no judge).
 
 Every `every_n_steps` optimizer steps (and after the last step), `FRSCallback` samples `n_traces` completions for
 each of the first `n_problems` problems of `eval_dataset` with the live policy, through the trainer's own generation
@@ -57,6 +58,7 @@ from trl.models import unwrap_model_for_generation
 from procrl.data_builders.datasets import ONE_SHOT_TEMPLATE, load_math_dataset, parse_eval_set
 from procrl.evals.frs import FRSConfig, FRSReport, Trace, compute_frs
 from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
+from procrl.evals.frs.oracle_judge import OracleJudge, require_gold_steps
 from procrl.evals.frs.sampling import generate_traces
 from procrl.evals.frs.traces import trace_table
 from procrl.evals.stats import format_estimate
@@ -84,6 +86,8 @@ def add_frs_callback(
         return None
     name, start, end, _ = parse_eval_set(frs_args.frs_eval_set, with_tokens=False)
     dataset = load_math_dataset(name, start=start, end=end, prompt_template=prompt_template or ONE_SHOT_TEMPLATE)
+    if judge.is_oracle:
+        require_gold_steps(dataset.column_names, f"frs_eval_set {frs_args.frs_eval_set}")
     return FRSCallback(
         dataset,
         every_n_steps=frs_args.frs_every_n_steps,
@@ -107,8 +111,9 @@ class FRSCallback(TrainerCallback):
         n_problems: problems per evaluation (CPU-sized default 10).
         judge: a `procrl.judges.Judge`, or the `procrl.judges.JudgeArguments` of one (opened on rank 0 at the first
             evaluation, reply budget `procrl.evals.frs.judging.JUDGE_MAX_TOKENS` unless they set one, cache under
-            `output_dir`; closed at the end of training); None (or `judge: none`) logs only what needs no judge
-            (accuracies, confidence).
+            `output_dir`; closed at the end of training); `judge: oracle` (or an `OracleJudge`) scores with the
+            step oracle and needs an eval set with `gold_steps`; None (or `judge: none`) logs only what needs no
+            judge (accuracies, confidence).
         trainer: the trainer (or call `attach(trainer)`); needed for its accelerator, generation settings and log.
         frs_config: the FRS settings (default `FRSConfig()`: K = 10, the curve at 10-50, the judge sees the answer
             check).
@@ -119,6 +124,10 @@ class FRSCallback(TrainerCallback):
         output_dir: where `frs_step<N>.json` (and the judge cache of `JudgeArguments`) go (default: `args.output_dir`).
         seed: base seed of the evaluation's sampling (default: `args.seed`).
         log_table: log the wandb table of judged traces when wandb is active.
+
+    Raises:
+        ValueError: a count below 1, an eval set without `prompt` and `answer`, or the oracle judge with an eval set
+            without `gold_steps`.
     """
 
     def __init__(
@@ -151,6 +160,8 @@ class FRSCallback(TrainerCallback):
             raise ValueError("FRSCallback needs a non-empty eval_dataset (e.g. load_math_dataset('gsm8k', end=10))")
         if "prompt" not in eval_dataset.column_names or "answer" not in eval_dataset.column_names:
             raise ValueError(f"eval_dataset needs 'prompt' and 'answer' columns, has {eval_dataset.column_names}")
+        if isinstance(judge, OracleJudge) or (isinstance(judge, JudgeArguments) and judge.is_oracle):
+            require_gold_steps(eval_dataset.column_names, "the FRS eval set")  # at construction, not mid-training
         self.rows = [dict(row) for row in eval_dataset.select(range(min(n_problems, len(eval_dataset))))]
         self.every_n_steps = every_n_steps
         self.n_traces = n_traces
@@ -289,8 +300,10 @@ class FRSCallback(TrainerCallback):
             logger.warning("FRS generation could not start on rank %d: %r", accelerator.process_index, err)
             return [], repr(err)
 
-    def _open_judge(self) -> Judge | None:
-        if self._judge is None and isinstance(self.judge, JudgeArguments):
+    def _open_judge(self) -> Judge | OracleJudge | None:
+        if self._judge is None and isinstance(self.judge, JudgeArguments) and self.judge.is_oracle:
+            self._judge = OracleJudge()  # programmatic: nothing to start or stop
+        elif self._judge is None and isinstance(self.judge, JudgeArguments):
             output_dir = self.output_dir or self.trainer.args.output_dir
             opened = open_judge_from(self.judge, output_dir=output_dir, default_max_tokens=JUDGE_MAX_TOKENS)
             self._judge = self._judge_stack.enter_context(opened)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from procrl.evals.frs.arguments import FRSConfig
 from procrl.evals.frs.confidence import kept_count, rank_by_confidence
 from procrl.evals.frs.judging import ReasoningJudgement, expected_scores, judge_messages
+from procrl.evals.frs.oracle_judge import OracleJudge
 from procrl.evals.frs.traces import FRSReport, Trace
 from procrl.evals.stats import auroc
 
@@ -34,13 +35,21 @@ _RS, _RS_EXPECTED = "rs", "rs_expected"  # the two `Trace` properties every esti
 
 
 def compute_frs(
-    traces: Sequence[Trace], judge: Judge | None, config: FRSConfig | None = None, *, progress: bool = True
+    traces: Sequence[Trace],
+    judge: Judge | OracleJudge | None,
+    config: FRSConfig | None = None,
+    *,
+    progress: bool = True,
 ) -> FRSReport:
     """Judge the traces FRS needs (see `plan_judging`) and summarise them.
 
     Args:
         traces: every trace of one (model, benchmark); their `scores`/`unscored` fields are filled in place.
-        judge: a `procrl.judges.Judge`; None computes only what needs no judge (accuracies, confidences).
+        judge: a `procrl.judges.Judge`, or the `OracleJudge` (`judge: oracle`, traces with `gold_steps`); None
+            computes only what needs no judge (accuracies, confidences).
+
+    Raises:
+        ValueError: the `OracleJudge` and a trace it must judge without usable gold steps.
         config: `FRSConfig()` when None.
         progress: show the judge's progress bar.
     """
@@ -73,29 +82,39 @@ def plan_judging(traces: Sequence[Trace], config: FRSConfig) -> list[int]:
 
 
 def judge_traces(
-    traces: Sequence[Trace], indices: Sequence[int], judge: Judge, config: FRSConfig, *, progress: bool = True
+    traces: Sequence[Trace],
+    indices: Sequence[int],
+    judge: Judge | OracleJudge,
+    config: FRSConfig,
+    *,
+    progress: bool = True,
 ) -> None:
     """Judge `traces[i]` for every i in `indices` (one batched call, so the client's concurrency applies) and
     store each result in the trace: `scores` (and `expected_scores` when the result carries probabilities for all
     four dimensions) when valid, else `unscored` with the reason. The request shows the final-answer check unless
-    `config.judge_sees_correctness` is False.
+    `config.judge_sees_correctness` is False. The `OracleJudge` gets the traces themselves (`OracleJudge.judge_traces`)
+    and its results are stored the same way.
 
     Raises:
-        RuntimeError: the judge returned another number of results than requests (a backend bug)."""
+        RuntimeError: the judge returned another number of results than requests (a backend bug).
+        ValueError: the `OracleJudge` and a trace without usable gold steps."""
     if not indices:
         return
-    requests = [
-        judge_messages(
-            traces[i].problem,
-            traces[i].completion,
-            traces[i].gold,
-            traces[i].correct,
-            max_trace_chars=config.max_trace_chars,
-            show_final_correct=config.judge_sees_correctness,
-        )
-        for i in indices
-    ]
-    results = judge.judge(requests, ReasoningJudgement, desc="FRS judge", progress=progress)
+    if isinstance(judge, OracleJudge):  # the structured problem, not chat messages (`procrl.evals.frs.oracle_judge`)
+        results = judge.judge_traces([traces[i] for i in indices])
+    else:
+        requests = [
+            judge_messages(
+                traces[i].problem,
+                traces[i].completion,
+                traces[i].gold,
+                traces[i].correct,
+                max_trace_chars=config.max_trace_chars,
+                show_final_correct=config.judge_sees_correctness,
+            )
+            for i in indices
+        ]
+        results = judge.judge(requests, ReasoningJudgement, desc="FRS judge", progress=progress)
     if len(results) != len(indices):
         raise RuntimeError(f"the judge returned {len(results)} results for {len(indices)} requests")
     for i, result in zip(indices, results, strict=True):
@@ -174,9 +193,7 @@ def summarize(traces: Sequence[Trace], config: FRSConfig, judge_stats: dict[str,
         n_scored_without_probs=without_probs,
         rs_auc=auroc([t.rs for t in correct], [t.rs for t in incorrect]),
         rs_expected_auc=(
-            auroc([t.rs_expected for t in correct], [t.rs_expected for t in incorrect])
-            if with_expected
-            else None
+            auroc([t.rs_expected for t in correct], [t.rs_expected for t in incorrect]) if with_expected else None
         ),
         auc_n_correct=len(correct),
         auc_n_incorrect=len(incorrect),

@@ -4,7 +4,8 @@
 with a `procrl.generation` rollout engine (`generation_backend`: auto = vLLM wherever it imports, else
 transformers), takes each trace's tail confidence from the sampler's own raw (T = 1) log-probs, judges the traces
 FRS needs (`procrl.evals.frs.plan_judging`) with the judge of `judge` (`procrl.judges.JudgeArguments`; its reply
-budget defaults to `procrl.evals.frs.judging.JUDGE_MAX_TOKENS`) and returns the result (report, bootstrap
+budget defaults to `procrl.evals.frs.judging.JUDGE_MAX_TOKENS`; `judge: oracle` is the step oracle's
+`procrl.evals.frs.oracle_judge.OracleJudge`, for data with `gold_steps` only) and returns the result (report, bootstrap
 intervals, settings, wall times) with the files it wrote into `args.output_dir` (`FILES`, role -> name, relative
 to that directory):
 
@@ -22,6 +23,7 @@ The command puts the result into the run record (`run.json`'s `result`, the file
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,6 +32,7 @@ from pathlib import Path
 from procrl.evals.frs import FRSArguments, compute_frs
 from procrl.evals.frs.intervals import accuracy_key, frs_intervals, frs_key
 from procrl.evals.frs.judging import JUDGE_MAX_TOKENS
+from procrl.evals.frs.oracle_judge import OracleJudge, require_gold_steps
 from procrl.evals.frs.sampling import sample_traces, select_traces
 from procrl.evals.frs.traces import write_traces
 from procrl.evals.offline import OfflineSamplingConfig, load_rows, load_setup
@@ -106,11 +109,15 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
         `args.output_dir`; "traces" only when this run sampled).
 
     Raises:
-        ValueError: a `--traces-from` report that does not read or does not match the data slice.
+        ValueError: a `--traces-from` report that does not read or does not match the data slice; `judge: oracle`
+            on a data set without `gold_steps` (before anything is sampled).
         RuntimeError: a local judge server that did not start.
     """
     if args.traces_from:
         args, frs = with_select_settings(args, frs)
+    if judge.is_oracle:  # refuse data without gold steps before a model is loaded or a trace sampled
+        rows = load_rows(args)
+        require_gold_steps(rows[0] if rows else (), f"dataset {args.dataset}")
     config = frs.frs_config(seed=args.seed)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -144,7 +151,11 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
     generation_s = time.perf_counter() - t_gen
 
     t_judge = time.perf_counter()
-    with open_judge_from(judge, output_dir=out, default_max_tokens=JUDGE_MAX_TOKENS) as opened:
+    if judge.is_oracle:
+        opening = contextlib.nullcontext(OracleJudge())  # programmatic: nothing to start or stop
+    else:
+        opening = open_judge_from(judge, output_dir=out, default_max_tokens=JUDGE_MAX_TOKENS)
+    with opening as opened:
         report = compute_frs(traces, opened, config, progress=not args.no_progress)
     judge_s = time.perf_counter() - t_judge
     t_boot = time.perf_counter()
@@ -164,7 +175,7 @@ def run_frs(args: OfflineFRSConfig, frs: FRSArguments, judge: JudgeArguments) ->
             "max_new_tokens": args.max_new_tokens,
             "seed": args.seed,
             "judge": judge.judge,
-            "judge_max_tokens": judge.judge_max_tokens or JUDGE_MAX_TOKENS,
+            "judge_max_tokens": None if judge.is_oracle else judge.judge_max_tokens or JUDGE_MAX_TOKENS,
             "judge_timeout_s": judge.judge_timeout_s,
             "batch_size": args.batch_size,
             "prompt_template": args.prompt_template,

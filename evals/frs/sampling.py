@@ -36,6 +36,7 @@ from procrl.generation import (
     generate_completions,
     render_prompts,
 )
+from procrl.rewards.oracle import GOLD_STEPS_COLUMN
 from procrl.rewards.outcome import is_correct
 from procrl.utils import get_logger, prompt_to_text
 
@@ -104,7 +105,8 @@ def generate_traces(
             for (row_index, row), ids, logps, text in zip(
                 chunk, out.completion_ids, out.completion_logps, texts, strict=True
             ):
-                traces.append(_trace(row_index, row, text, logps, len(ids), tail_fraction))
+                cut = not ids or ids[-1] not in eos_ids  # generate_completions cuts after the first EOS
+                traces.append(_trace(row_index, row, text, logps, len(ids), tail_fraction, truncated=cut))
             bar.update(len(chunk))
     finally:
         bar.close()
@@ -113,9 +115,16 @@ def generate_traces(
 
 
 def _trace(
-    row_index: int, row: dict[str, Any], text: str, logps: Sequence[float], num_tokens: int, tail_fraction: float
+    row_index: int,
+    row: dict[str, Any],
+    text: str,
+    logps: Sequence[float],
+    num_tokens: int,
+    tail_fraction: float,
+    *,
+    truncated: bool | None,
 ):
-    gold = row.get("answer")
+    gold, gold_steps = row.get("answer"), row.get(GOLD_STEPS_COLUMN)
     return Trace(
         problem_id=str(row.get("problem_id") or f"row/{row_index}"),
         problem=row.get("question") or prompt_to_text(row["prompt"]),
@@ -124,6 +133,8 @@ def _trace(
         correct=is_correct(text, gold),
         confidence=tail_confidence_from_logps(logps, tail_fraction),
         num_tokens=num_tokens,
+        gold_steps=None if gold_steps is None else str(gold_steps),
+        truncated=truncated,
     )
 
 
@@ -177,7 +188,7 @@ def sample_traces(
         desc="FRS generate", shard_seed=lambda c: derive_seed(seed, c), progress=progress,
     )  # fmt: skip
     return [
-        _trace(i, row, r.text, r.logprobs, len(r.token_ids), tail_fraction)
+        _trace(i, row, r.text, r.logprobs, len(r.token_ids), tail_fraction, truncated=r.finish_reason == "length")
         for i, row in enumerate(rows)
         for r in results[str(i)]
     ]
@@ -228,20 +239,24 @@ def select_traces(
             )
     store = store_dir(report_path)
     try:
-        logps = [r.logprobs for name in report["samples"]["files"] for r in read_shard_file(store / name)]
+        samples = [r for name in report["samples"]["files"] for r in read_shard_file(store / name)]
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
             f"--traces-from {report_path}: its samples in {store} are missing or unreadable ({err}); rerun procrl "
             "select to write them"
         ) from None
-    if len(logps) != len(candidates):
+    if len(samples) != len(candidates):
         raise ValueError(
-            f"--traces-from {report_path}: its shard files in {store} hold {len(logps)} samples, the report "
+            f"--traces-from {report_path}: its shard files in {store} hold {len(samples)} samples, the report "
             f"{len(candidates)} candidates; rerun procrl select"
         )
     traces, k = [], 0
     for i, (problem, row) in enumerate(zip(problems, rows, strict=True)):
         for candidate in problem["candidates"]:
-            traces.append(_trace(i, row, candidate["text"], logps[k], int(candidate["num_tokens"]), tail_fraction))
+            cut = samples[k].finish_reason == "length"
+            traces.append(
+                _trace(i, row, candidate["text"], samples[k].logprobs, int(candidate["num_tokens"]), tail_fraction,
+                       truncated=cut)
+            )  # fmt: skip
             k += 1
     return traces

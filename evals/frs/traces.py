@@ -26,7 +26,6 @@ from procrl.utils import json_safe
 __all__ = ["FRSReport", "Trace", "read_traces", "trace_table", "write_traces"]
 
 
-
 @dataclass
 class Trace:
     """One sampled reasoning trace of one problem.
@@ -46,6 +45,11 @@ class Trace:
         expected_scores: the expected score of each dimension, sum_v p(v) * v over 1-5 (floats in [1, 5], G-Eval;
             `procrl.evals.frs.judging.expected_scores`), when the judge returned probabilities for all four;
             else None.
+        gold_steps: the problem's `gold_steps` column (JSON, `procrl.rewards.oracle.gold`) when the data set has one
+            (step-checkable problems); what the oracle judge (`judge: oracle`) labels the trace against. None
+            otherwise.
+        truncated: the trace was cut by the token budget (no EOS); None when unknown. The oracle judge then does not
+            take a result at the very end of the text as a step (it may be cut mid-number).
     """
 
     problem_id: str
@@ -58,6 +62,8 @@ class Trace:
     scores: dict[str, int] | None = None
     unscored: str | None = None
     expected_scores: dict[str, float] | None = None
+    gold_steps: str | None = None
+    truncated: bool | None = None
 
     @property
     def rs(self) -> float | None:

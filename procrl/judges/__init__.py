@@ -54,6 +54,7 @@ _EXPORTS = {
     "parse_judgement": "parse",
     "JudgeServer": "server",
     "NO_JUDGE": "arguments",
+    "ORACLE_JUDGE": "arguments",
     "JudgeArguments": "arguments",
     "judge_options": "spec",
     "open_judge": "spec",

@@ -8,14 +8,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["NO_JUDGE", "SERVE_TRANSFORMERS", "JudgeArguments", "spec_kind"]
+__all__ = ["NO_JUDGE", "ORACLE_JUDGE", "SERVE_TRANSFORMERS", "JudgeArguments", "spec_kind"]
 
 NO_JUDGE = "none"  # the judge spec of "no judge" (JudgeArguments; FRS then reports what needs no judge)
+# the judge spec of FRS's programmatic judge: the step oracle's labels mapped to the four scores
+# (`procrl.evals.frs.oracle_judge.OracleJudge`, docs/architecture.md "Step oracle"); no LLM, and FRS only: the
+# evals layer opens it (`open_judge` refuses it, since core cannot import the oracle)
+ORACLE_JUDGE = "oracle"
 
 SERVE_TRANSFORMERS = "serve:transformers"
 
 
 def spec_kind(spec: str) -> str:
+    """The backend kind of a judge spec: "url", "local", "serve-transformers", "transformers", "oracle" or
+    "unknown".
+
+    >>> spec_kind("oracle"), spec_kind("local:m"), spec_kind("ftp://x")
+    ('oracle', 'local', 'unknown')
+    """
+    if spec == ORACLE_JUDGE:
+        return "oracle"
     if spec.startswith(("http://", "https://")):
         return "url"
     if spec == "local" or spec.startswith("local:"):
@@ -34,6 +46,9 @@ class JudgeArguments:
     and the FRS callback alike, of `procrl frs` and of `procrl stepgap-eval`). `procrl.judges.spec.open_judge_from`
     opens the judge.
 
+    `judge: oracle` is no LLM: FRS (`procrl frs`, the FRS callback) computes the four scores from the step oracle
+    (`procrl.evals.frs.oracle_judge.OracleJudge`), on data with `gold_steps`; the StepGap uses refuse it.
+
     The reply budget has a per-use default (`judge_max_tokens: null`): the user passes it to `open_judge_from`
     (`procrl.evals.frs.judging.JUDGE_MAX_TOKENS` = 96 for FRS's four scores, `procrl.rewards.stepgap.check.
     JUDGE_MAX_TOKENS` = 512 for StepGap's A-C replies).
@@ -51,14 +66,14 @@ class JudgeArguments:
             "also read as probabilities; where vLLM cannot be imported, a schema-constrained transformers judge in "
             "this process), 'serve:transformers[:<model>]' (`transformers serve`, which ignores the schema), "
             "'transformers:<model>' (in this process), an OpenAI-compatible URL 'http(s)://host:port/v1[#model]', "
-            "or 'none' (no judge: FRS then reports accuracies and confidences only; StepGap needs a judge)."
+            "'oracle' (FRS only, on step-checkable problems with gold_steps: the step oracle's labels mapped to the "
+            "four scores, no LLM; StepGap refuses it), or 'none' (no judge: FRS then reports accuracies and "
+            "confidences only; StepGap needs a judge)."
         },
     )
     judge_model: str | None = field(
         default=None,
-        metadata={
-            "help": "Model id of a judge URL; null = the URL's #model, else the first model the server lists."
-        },
+        metadata={"help": "Model id of a judge URL; null = the URL's #model, else the first model the server lists."},
     )
     judge_max_tokens: int | None = field(
         default=None,
@@ -101,7 +116,8 @@ class JudgeArguments:
         elif spec_kind(self.judge.strip()) == "unknown":
             raise ValueError(
                 f"judge {self.judge!r} is not a judge spec; use 'local', 'local:<model>', 'serve:transformers', "
-                "'transformers:<model>', 'http://host:port/v1[#model]' or 'none'"
+                "'transformers:<model>', 'http://host:port/v1[#model]', 'oracle' (FRS on gold_steps problems) or "
+                "'none'"
             )
         for name in ("judge_concurrency", "judge_num_threads", "judge_max_tokens"):
             value = getattr(self, name)
@@ -114,6 +130,11 @@ class JudgeArguments:
     def enabled(self) -> bool:
         """Whether there is a judge (the spec is not "none")."""
         return self.judge.strip().lower() != NO_JUDGE
+
+    @property
+    def is_oracle(self) -> bool:
+        """Whether the judge is the step oracle (`judge: oracle`), FRS's programmatic judge, not an LLM."""
+        return self.judge.strip() == ORACLE_JUDGE
 
 
 _EXAMPLES = {"judge_concurrency": 8, "judge_num_threads": 1, "judge_max_tokens": 512}

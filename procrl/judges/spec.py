@@ -125,7 +125,8 @@ def open_judge(
             max_model_len, ..., continuous_batching and cb_* for transformers, extra_args).
 
     Raises:
-        ValueError: an unknown spec, or a server that lists no model.
+        ValueError: an unknown spec, a server that lists no model, or "oracle" (FRS's programmatic judge, which the
+            evals layer opens: `procrl.evals.frs.oracle_judge.OracleJudge`).
         RuntimeError: the local server did not start.
     """
     spec = spec.strip()
@@ -161,6 +162,12 @@ def open_judge(
     elif kind == "transformers":
         name = spec.partition(":")[2] or "default"
         yield TransformersJudge(name, cache_dir=cache_dir, **kwargs)
+    elif kind == "oracle":
+        raise ValueError(
+            "judge 'oracle' is FRS's programmatic judge (the step oracle's labels, not an LLM): procrl frs and the "
+            "FRS callback open it (procrl.evals.frs.oracle_judge.OracleJudge); this use needs an LLM judge, e.g. "
+            "judge: local or a URL"
+        )
     else:
         raise ValueError(
             f"unknown judge spec {spec!r}; use 'http(s)://host:port/v1[#model]', 'local[:<model>]', "
@@ -184,7 +191,8 @@ def _in_process_fallback(model: str, cache_dir, kwargs: dict[str, Any]) -> Trans
 
 @contextlib.contextmanager
 def open_judge_from(
-args: JudgeArguments, *, output_dir: str | os.PathLike, default_max_tokens: int) -> Iterator[Judge | None]:
+    args: JudgeArguments, *, output_dir: str | os.PathLike, default_max_tokens: int
+) -> Iterator[Judge | None]:
     """The judge `args` names (`open_judge` with the keywords of `judge_options`); a server it starts is
     stopped on exit. Yields None for `judge: none`.
 
@@ -194,7 +202,7 @@ args: JudgeArguments, *, output_dir: str | os.PathLike, default_max_tokens: int)
         default_max_tokens: the reply budget when `judge_max_tokens` is null (the use's; class docstring).
 
     Raises:
-        ValueError: a URL whose server lists no model (`open_judge`).
+        ValueError: a URL whose server lists no model, or `judge: oracle` (`open_judge`; FRS opens the oracle itself).
         RuntimeError: a local judge server that did not start.
     """
     if not args.enabled:

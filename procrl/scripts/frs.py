@@ -3,6 +3,7 @@
 
     procrl frs --model default --dataset gsm8k --start 0 --end 50 --frs-traces 16 --frs-k-percent 10 --judge local
     procrl frs --model <name|path> --judge http://127.0.0.1:8000/v1 --output-dir out/frs
+    procrl frs --model <name|path> --dataset arith-ops3-d2-test-n64 --judge oracle     # the step oracle as judge
     procrl frs --config frs.yaml --frs-traces 4           # a YAML of these keys (the frs_* / judge* keys of a GRPO
                                                          # config mean the same); flags override it
     procrl frs compare out/frs_a out/frs_b --output-dir out/frs_compare [--k 20]
@@ -32,7 +33,9 @@ The judge (`--judge`, `--judge-max-tokens`, ...: `procrl.judges.JudgeArguments`,
 starts the embedded judge server for the run and stops it afterwards (vLLM's OpenAI server on the default model,
 127.0.0.1; the reply's schema enforced, each score also read as a probability distribution; where vLLM cannot be
 imported, a schema-constrained transformers judge in this process); `serve:transformers` is `transformers serve`
-(which ignores the schema); `none` skips judging (accuracies and confidences only). The reply budget is 96 tokens
+(which ignores the schema); `oracle` computes the four scores from the step oracle on step-checkable data (an
+arith set with `gold_steps`; others are refused; docs/architecture.md "Step oracle"); `none` skips judging
+(accuracies and confidences only). The reply budget is 96 tokens
 unless `--judge-max-tokens` says otherwise. The FRS settings (`--frs-*`: `procrl.evals.frs.FRSArguments`) are the
 keys a GRPO config's FRS callback reads too. Flags are dashed or underscored alike (`--frs-k-values` =
 `--frs_k_values`). The library: `procrl.evals.frs.offline` (`run_frs`).
@@ -113,9 +116,7 @@ class FRSCompareArguments:
     runs: list[str] = field(
         default_factory=list, metadata={"help": "output directories of `procrl frs` runs (or their run.json)"}
     )
-    output_dir: str | None = field(
-        default=None, metadata={"help": "where table.md, frs_compare.png and run.json go"}
-    )
+    output_dir: str | None = field(default=None, metadata={"help": "where table.md, frs_compare.png and run.json go"})
     k: float | None = field(
         default=None, metadata={"help": "rank by FRS@K of this K (percent); default: the runs' headline K"}
     )

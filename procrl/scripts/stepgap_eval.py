@@ -145,8 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     if parsed is None:
         return EXIT_USAGE
     args, judge = parsed
-    if not judge.enabled:
-        return usage_error(PROG, "the StepGap verifier needs a judge, got --judge none; use --judge local or a URL")
+    if not judge.enabled or judge.is_oracle:
+        return usage_error(
+            PROG, f"the StepGap verifier needs a judge (an LLM), got --judge {judge.judge}; use --judge local or a URL"
+        )
     configure_logging()
     with track_run(args.output_dir, command="stepgap-eval", argv=argv, configs=parsed, report_to=args.report_to) as run:
         summary, rows = _evaluate(args, judge)

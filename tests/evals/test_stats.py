@@ -5,6 +5,7 @@ hand, pass@k against enumerating every k-subset; the rule for a number over noth
 
 import itertools
 import math
+import random
 
 import numpy as np
 import pytest
@@ -166,6 +167,20 @@ def test_mean_std_is_the_sample_std():
 )
 def test_auroc_by_hand(positives, negatives, expected):
     assert auroc(positives, negatives) == (None if expected is None else pytest.approx(expected))
+
+
+def test_auroc_equals_the_pairwise_count_with_ties_infinities_and_nan():
+    def pairwise(pos, neg):  # the definition: a NaN wins and ties no pair
+        return sum((x > y) + 0.5 * (x == y) for x in pos for y in neg) / (len(pos) * len(neg))
+
+    rng = random.Random(0)
+    pool = [0.0, 0.5, 1.0, 2.0, 3, math.inf, -math.inf, math.nan]
+    for _ in range(500):
+        pos = [rng.choice(pool) for _ in range(rng.randint(1, 8))]
+        neg = [rng.choice(pool) for _ in range(rng.randint(1, 8))]
+        assert auroc(pos, neg) == pairwise(pos, neg)  # exact: both are sums of halves over the same pairs
+    big_pos, big_neg = [rng.random() for _ in range(300)], [rng.random() - 0.2 for _ in range(200)]
+    assert auroc(big_pos, big_neg) == pytest.approx(pairwise(big_pos, big_neg), abs=1e-12)
 
 
 @pytest.mark.parametrize("n, correct", [(4, 0), (4, 1), (5, 2), (6, 6), (8, 3)])

@@ -107,12 +107,17 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
         output_dir: the run's output directory (the judge cache defaults to `<output_dir>/judge_cache`).
 
     Raises:
-        ValueError: `judge: none` (the StepGap reward needs a judge).
+        ValueError: `judge: none` or `judge: oracle` (the StepGap reward needs an LLM judge).
         FileNotFoundError: a retriever or question file that does not exist.
         RuntimeError: the local judge server did not start.
     """
     if not search_args.enabled:
         raise ValueError("task=search needs a judge for the StepGap labels, got judge: none; use judge: local or a URL")
+    if search_args.is_oracle:
+        raise ValueError(
+            "task=search needs an LLM judge for the StepGap labels; judge: oracle scores only FRS traces of "
+            "step-checkable problems. Use judge: local or a URL"
+        )
     template = script_args.prompt_template
     # search_one_shot / one_shot: the worked search episode first; search / zero_shot: the instruction alone
     example = template in ("search_one_shot", "one_shot")
