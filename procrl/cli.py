@@ -2,9 +2,9 @@
 flags, `--config x.yaml` for a file of them). Examples, by group:
 
 train
-procrl demo [flags]          GRPO on SVAMP with outcome + PiCSAR rewards, before/after evaluation
-                             (configs/grpo/svamp_smollm2_picsar.yaml; any GRPO flag overrides it,
-                             e.g. --max_steps 5 --eval_sets svamp:700:720:96)
+procrl demo [flags]          the mission in small: SFT warm start of a model organism (cached), then GRPO
+                             with the oracle process reward on the edge level; paired before/after
+                             (configs/demo/; GRPO flags override stage 2, e.g. --max_steps 5)
 procrl train-grpo --config configs/grpo/svamp_smollm2_pum.yaml [flags]
                              GRPO with process rewards (= python train_grpo.py ...)
 procrl build-pum-data --config configs/pum/build_gsm8k.yaml [flags]
@@ -51,19 +51,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
-from pathlib import Path
 
 from procrl.scripts._common import configure_logging
 
-DEMO_CONFIG = Path("configs") / "grpo" / "svamp_smollm2_picsar.yaml"
 # subcommand -> (module, one-line help); the module's `main(argv) -> int` parses the rest of the command line. Each
 # is imported only when its subcommand runs, so one missing or broken command never breaks the others.
 COMMANDS = {
     "demo": (
-        "procrl.scripts.train_grpo",
-        "run the main job (GRPO on SVAMP, outcome + PiCSAR); flags override the config",
+        "procrl.scripts.demo",
+        "run the main job (SFT warm start, then GRPO with the oracle process reward); flags go to the GRPO stage",
     ),
     "train-grpo": ("procrl.scripts.train_grpo", "GRPO with process rewards (same flags as train_grpo.py)"),
     "model": ("procrl.scripts.model", "the embedded default model: prepare | path"),
@@ -104,18 +101,6 @@ GROUPS = {
 }
 
 
-def find_demo_config() -> Path:
-    """The demo config: ./configs/... first, then the source checkout procrl is installed from (editable)."""
-    candidates = [Path.cwd() / DEMO_CONFIG, Path(__file__).resolve().parent.parent / DEMO_CONFIG]
-    for path in candidates:
-        if path.is_file():
-            return path
-    raise FileNotFoundError(
-        f"{DEMO_CONFIG} not found in {candidates[0].parent.parent.parent} or the procrl source tree; run `procrl demo` "
-        "from the repository root, or run `python train_grpo.py --config <your.yaml>`."
-    )
-
-
 def command_groups() -> str:
     """The subcommands by `GROUPS`, each with its one-line help: the body of `procrl --help`."""
     width = max(map(len, COMMANDS)) + 2
@@ -149,10 +134,6 @@ def main(argv: list[str] | None = None) -> int:
         make_parser().parse_args(argv)  # --help, or the usage error of an unknown subcommand (SystemExit)
         return 2
     command, rest = argv[0], argv[1:]
-    if command == "demo":  # the GRPO command with the demo config; later flags override it
-        os.environ.setdefault("WANDB_MODE", "offline")
-        os.environ.setdefault("WANDB_SILENT", "true")
-        rest = ["--config", str(find_demo_config()), *rest]
     return importlib.import_module(COMMANDS[command][0]).main(rest)
 
 

@@ -9,7 +9,7 @@ import pytest
 from procrl import cli
 
 SUBCOMMANDS = {
-    "demo": "procrl.scripts.train_grpo",
+    "demo": "procrl.scripts.demo",
     "train-grpo": "procrl.scripts.train_grpo",
     "model": "procrl.scripts.model",
     "build-pum-data": "procrl.scripts.build_pum_data",

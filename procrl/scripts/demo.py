@@ -44,7 +44,9 @@ def find_config(relative: Path) -> Path:
 
 def make_parser() -> argparse.ArgumentParser:
     """The demo's own flags (the two configs); every other flag goes to the GRPO stage."""
-    parser = argparse.ArgumentParser(prog="procrl demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="procrl demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sft_config", "--sft-config", default=None, help=f"stage 1 config (default {SFT_CONFIG})")
     parser.add_argument("--config", default=None, help=f"stage 2 config (default {GRPO_CONFIG})")
     return parser

@@ -5,6 +5,9 @@ is recorded in `CALLS`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from procrl.rewards.oracle.scorer import OracleStepRewards
 from procrl.step_rewards import StepRewards
 
 CALLS: dict[str, list[list[int]]] = {"reward": [], "scorer": []}  # the completion lengths (tokens) of each call
@@ -30,3 +33,16 @@ def halves_step_scorer(prompts, completions, completion_ids, **kwargs) -> list[S
         else:
             rows.append(StepRewards(values=[1.0, 0.0], boundaries=[n // 2, n]))
     return rows
+
+
+class NegatedOracleStepRewards(OracleStepRewards):
+    """The oracle step scorer with every step reward negated: the advantage's sign flipped (the learning check's
+    arm that must not learn, tests/learning)."""
+
+    def __call__(self, prompts, completions, completion_ids, **kwargs):
+        rows = super().__call__(prompts, completions, completion_ids, **kwargs)
+        return [None if r is None else replace(r, values=[-v for v in r.values]) for r in rows]
+
+
+negated_oracle = NegatedOracleStepRewards()
+negated_oracle.__name__ = "negated_oracle_step_rewards"
