@@ -10,8 +10,9 @@ PROCRL=${PROCRL:-.venv/bin/procrl}
 [ -x "$PROCRL" ] || PROCRL=procrl
 OUT=outputs/calib
 POLICIES=${POLICIES:-"organism organism_300 organism_corrupted smollm2 gemma smollm2_sft"}
-N=${N:-64}                                # problems per level (the test split)
-D1="arith-ops1-d1-test arith-ops2-d1-test arith-ops3-d1-test arith-ops4-d1-test arith-ops6-d1-test"
+N=${N:-64}                                # problems per level (the test split) for the organisms
+N_LM=${N_LM:-32}                          # ... for the 135M/270M models (vLLM on 2 CPU cores: ~100 tokens/s)
+D1="arith-ops2-d1-test arith-ops3-d1-test arith-ops4-d1-test arith-ops5-d1-test arith-ops6-d1-test"  # ops1-d1 has ~10 test problems
 D2="arith-ops1-d2-test arith-ops2-d2-test arith-ops3-d2-test arith-ops4-d2-test"
 
 checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
@@ -21,20 +22,20 @@ checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and prin
   .venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
 }
 
-calibrate() {  # calibrate LABEL MODEL TEMPLATE BACKEND LEVELS...
-  local label=$1 model=$2 template=$3 backend=$4; shift 4
-  $PROCRL calibrate --model "$model" --label "$label" --levels "$@" --n-problems "$N" --prompt-template "$template" \
+calibrate() {  # calibrate LABEL MODEL TEMPLATE BACKEND N LEVELS...
+  local label=$1 model=$2 template=$3 backend=$4 n=$5; shift 5
+  $PROCRL calibrate --model "$model" --label "$label" --levels "$@" --n-problems "$n" --prompt-template "$template" \
     --generation-backend "$backend" --max-new-tokens 96 --output-dir "$OUT/$label"
 }
 
 for policy in $POLICIES; do
   case $policy in
-    organism) calibrate organism "$(checkpoint configs/demo/sft_organism.yaml)" "{question}" transformers $D1 ;;
-    organism_300) calibrate organism_300 "$(checkpoint configs/sft/organism_clean_short.yaml)" "{question}" transformers $D1 ;;
-    organism_corrupted) calibrate organism_corrupted "$(checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers $D1 ;;
-    smollm2) calibrate smollm2 default one_shot vllm $D2 ;;
-    gemma) calibrate gemma gemma3-270m one_shot vllm $D2 ;;
-    smollm2_sft) calibrate smollm2_sft "$(checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm $D2 ;;
+    organism) calibrate organism "$(checkpoint configs/demo/sft_organism.yaml)" "{question}" transformers "$N" $D1 ;;
+    organism_300) calibrate organism_300 "$(checkpoint configs/sft/organism_clean_short.yaml)" "{question}" transformers "$N" $D1 ;;
+    organism_corrupted) calibrate organism_corrupted "$(checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers "$N" $D1 ;;
+    smollm2) calibrate smollm2 default one_shot vllm "$N_LM" $D2 ;;
+    gemma) calibrate gemma gemma3-270m one_shot vllm "$N_LM" $D2 ;;
+    smollm2_sft) calibrate smollm2_sft "$(checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2 ;;
     *) echo "unknown policy $policy" >&2; exit 2 ;;
   esac
 done

@@ -4,13 +4,15 @@ with the step rewards negated or shuffled within the batch (the placebo) does no
 The task is trivially learnable on purpose: 8 one-step additions of one-digit numbers ("Compute (3 + 4)."). The
 policy is a 2-layer Llama (hidden 64, the arith tokenizer) warm-started by `procrl sft` on NOISY traces, 3 in 10
 with the right sum and 7 in 10 off by one, so it writes the format and starts with about 30% right steps (measured
-0.31). Then 40 GRPO steps, 8 problems x 8 completions, `advantage_mode: process` with the oracle step scorer (one
+0.27-0.31 on the CPUs measured). Then 40 GRPO steps, 8 problems x 8 completions, `advantage_mode: process` with the oracle step scorer (one
 step per completion here, so process and outcome advantages coincide), through `train_grpo.py` as a user runs it.
 
 The effect measured is ProcessAcc (the oracle's share of gold steps produced by valid, grounded steps) over 16
 samples per problem at temperature 1 from the final policy, against the warm start's. Margins are wide: the rule
-is "learns" = rises by more than 0.25, "does not learn" = rises by less than 0.1, where the measured runs gave
-+0.4 or more and below 0 (the numbers are in the assertions' messages).
+is "learns" = rises by more than 0.25, "does not learn" = rises by less than 0.1. Measured (2-core AMD EPYC, one
+thread): 0.266 -> 0.648 with the oracle (the same after 60 steps: the policy turns deterministic per problem, right
+on some and wrong on the rest, so no mixed group is left), 0.266 -> 0.000 negated, 0.266 -> 0.039 shuffled (random
+advantages wreck the small policy rather than teach it). The values are in the assertions' messages.
 """
 
 from __future__ import annotations
