@@ -101,8 +101,10 @@ def format_table(before: list[dict], after: list[dict]) -> str:
     >>> print(format_table([{"name": "svamp[0:0]", **row}], []).splitlines()[2])
     svamp[0:0]         before  –                                  –       –      –     0.5
     """
+    names_all = [r["name"] for r in [*before, *after]]
+    w = max([18, *map(len, names_all)])  # the eval set column fits the longest name
     header = (
-        f"{'eval set':<18} {'stage':<7} {'accuracy [95% CI]':<24} {'mean reward':>11} "
+        f"{'eval set':<{w}} {'stage':<7} {'accuracy [95% CI]':<24} {'mean reward':>11} "
         f"{'length':>7} {'trunc':>6} {'wall s':>7}"
     )
     lines = [header, "-" * len(header)]
@@ -118,7 +120,7 @@ def format_table(before: list[dict], after: list[dict]) -> str:
             length = format_estimate(row["mean_length"], spec=".1f")
             trunc = format_estimate(row["truncated_frac"], spec=".2f")
             lines.append(
-                f"{name:<18} {stage:<7} {acc:<24} {reward:>11} {length:>7} {trunc:>6} {row['wall_time_s']:>7.1f}"
+                f"{name:<{w}} {stage:<7} {acc:<24} {reward:>11} {length:>7} {trunc:>6} {row['wall_time_s']:>7.1f}"
             )
     return "\n".join(lines)
 
@@ -131,14 +133,13 @@ def format_paired(paired: dict[str, dict]) -> str:
     ...                                                           ci_high=1.0)}}).splitlines()[2])
     arith[0:2]         accuracy                     0.500   1.000  +0.500 [+0.000, +1.000]      2
     """
-    header = (
-        f"{'eval set':<18} {'metric (paired)':<26} {'before':>7} {'after':>7}  {'after - before [95% CI]':<24} {'n':>5}"
-    )
+    w = max([18, *map(len, paired)])  # the eval set column fits the longest name
+    header = f"{'eval set':<{w}} {'metric (paired)':<26} {'before':>7} {'after':>7}  {'after - before [95% CI]':<24} {'n':>5}"
     lines = [header, "-" * len(header)]
     for name, metrics in paired.items():
         for metric, m in metrics.items():
             diff = f"{m['diff']:+.3f} [{m['ci_low']:+.3f}, {m['ci_high']:+.3f}]"
-            lines.append(f"{name:<18} {metric:<26} {m['before']:>7.3f} {m['after']:>7.3f}  {diff:<24} {m['n']:>5}")
+            lines.append(f"{name:<{w}} {metric:<26} {m['before']:>7.3f} {m['after']:>7.3f}  {diff:<24} {m['n']:>5}")
     return "\n".join(lines)
 
 
