@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 
 from procrl.scripts import sft, train_grpo
+from procrl.scripts._common import EXIT_USAGE, parse_or_exit
 
 SFT_CONFIG = Path("configs") / "demo" / "sft_organism.yaml"
 GRPO_CONFIG = Path("configs") / "demo" / "grpo_organism.yaml"
@@ -59,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("WANDB_SILENT", "true")
     sft_config = Path(args.sft_config) if args.sft_config else find_config(SFT_CONFIG)
     grpo_config = Path(args.config) if args.config else find_config(GRPO_CONFIG)
+    # a bad stage-2 flag fails now, in one line (train_grpo.py: error: ...), not after the warm start
+    stage2 = ["--config", str(grpo_config), "--model_name_or_path", "stage-1-checkpoint", *rest]
+    if parse_or_exit(train_grpo.make_parser(), stage2) is None:
+        return EXIT_USAGE
     print(f"== stage 1: warm start (procrl sft --config {sft_config}) ==", flush=True)
     status = sft.main(["--config", str(sft_config)])
     if status:

@@ -25,6 +25,9 @@ COMMANDS = {
     "procrl.scripts.serve_retriever": ("procrl serve-retriever", ["--index", "2wiki_corpus_sample"]),
     "procrl.scripts.report": ("procrl report", ["runs/some_sweep"]),
     "procrl.scripts.sweep": ("procrl sweep", ["s.yaml"]),
+    "procrl.scripts.sft": ("procrl sft", []),
+    "procrl.scripts.calibrate": ("procrl calibrate", []),
+    "procrl.scripts.demo": ("train_grpo.py", []),  # the demo's flags go to its GRPO stage, checked before stage 1
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
 # setting is a choice, which argparse refuses itself: tests/scripts/test_model_command.py)
@@ -40,6 +43,9 @@ REFUSED = {
     "procrl.scripts.serve_retriever": (["--port", "0"], "--port 0 is not a TCP port"),
     "procrl.scripts.report": (["--title", " "], "must be one non-empty line"),
     "procrl.scripts.sweep": (["--wandb", "maybe"], "wandb='maybe' must be one of"),
+    "procrl.scripts.sft": (["--solution_column", ""], "solution_column must name the column"),
+    "procrl.scripts.calibrate": (["--num-samples", "4"], "pass@8 needs at least 8 samples"),
+    "procrl.scripts.demo": (["--task", "chess"], "task='chess' must be one of"),
 }
 
 
