@@ -79,7 +79,11 @@ def code_lines(tree: ast.Module, lines: list[str]) -> int:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 prose.update(range(first.lineno, first.end_lineno + 1))
     return sum(
         1 for n, line in enumerate(lines, 1) if n not in prose and line.strip() and not line.strip().startswith("#")
@@ -170,7 +174,7 @@ def test_the_scan_sees_each_kind_of_violation(tmp_path, monkeypatch):
         "def main():\n    pass\n"
         "if __name__ == '__main__':\n    main()\n" + "# a comment\n\n" * MAX_CODE_LINES
     )
-    long_docstring = "def f():\n    \"\"\"Doc.\n" + "    prose\n" * MAX_CODE_LINES + "    \"\"\"\n    return 1\n"
+    long_docstring = 'def f():\n    """Doc.\n' + "    prose\n" * MAX_CODE_LINES + '    """\n    return 1\n'
     (tmp_path / "procrl" / "prose.py").write_text(long_docstring * 2)  # 4 code lines, 2 * (MAX_CODE_LINES + 2) prose
     (tmp_path / "procrl" / "big.py").write_text('"""Doc.\n\nmore doc\n"""\n\n' + "x = 1\n" * (MAX_CODE_LINES + 1))
     (tmp_path / "procrl" / "experiment").mkdir()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -259,7 +260,12 @@ def test_the_shipped_configs_parse_and_their_data_has_traces():
             sft.load_math_dataset(script.dataset_name, start=script.dataset_start, end=script.dataset_end),
             script.dataset_name,
         )  # raises on an empty trace
-        assert len(examples) == (script.dataset_end or 1319) - script.dataset_start
+        # the rows the config names: GSM8K's 1319, or the n<N> of every arith set in a mixture
+        arith = [
+            int(re.search(r"-n(\d+)", part).group(1)) for part in script.dataset_name.split("+") if "arith" in part
+        ]
+        total = sum(arith) if arith else 1319
+        assert len(examples) == (script.dataset_end or total) - script.dataset_start
         sft.check_model_args(model_args)
 
 
