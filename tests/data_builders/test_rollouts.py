@@ -382,7 +382,7 @@ def test_run_rollouts_cache_hit_and_miss(tmp_path, engine, smollm2_tokenizer):
 SCRIPT = """
 import json, sys, threading
 from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
-from procrl.generation.engines import SamplingParams, TransformersEngine, default_state
+from procrl.generation import SamplingParams, TransformersEngine, default_state
 
 model_dir, cache_dir, out_path, block_after = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -587,7 +587,7 @@ def _fake_vllm(monkeypatch, *, on_cpu: bool):
 
 def test_vllm_engine_glue_with_a_fake_vllm(monkeypatch, tmp_path, smollm2_tokenizer):
     """vLLM's own log-probs are raw (its default `raw_logprobs` mode): used as they are, whatever the sampling."""
-    from procrl.generation.engines import VLLMEngine
+    from procrl.generation import VLLMEngine
 
     continuation, calls = _fake_vllm(monkeypatch, on_cpu=True)
     smollm2_tokenizer.save_pretrained(tmp_path)
@@ -619,7 +619,7 @@ def test_vllm_engine_rescoring_in_processed_logprobs_mode(monkeypatch, tmp_path,
     """An engine whose log-probs are after temperature (TRL's colocate LLM: `processed_logprobs`): vLLM's are used
     only when the sampler draws from the raw distribution; otherwise the completions are rescored (prompt
     log-probs, which are raw). On a GPU build the CPU-only options are not passed."""
-    from procrl.generation.engines import VLLMEngine
+    from procrl.generation import VLLMEngine
 
     continuation, calls = _fake_vllm(monkeypatch, on_cpu=False)
     smollm2_tokenizer.save_pretrained(tmp_path)
