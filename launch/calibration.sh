@@ -13,7 +13,7 @@ POLICIES=${POLICIES:-"organism organism_300 organism_corrupted smollm2 gemma smo
 N=${N:-64}                                # problems per level (the test split) for the organisms
 N_LM=${N_LM:-32}                          # ... for the 135M/270M models (vLLM on 2 CPU cores: ~100 tokens/s)
 D1="arith-ops2-d1-test arith-ops3-d1-test arith-ops4-d1-test arith-ops5-d1-test arith-ops6-d1-test"  # ops1-d1 has ~10 test problems
-D2="arith-ops1-d2-test arith-ops2-d2-test arith-ops3-d2-test arith-ops4-d2-test"
+D2=${D2:-"arith-ops1-d2-test arith-ops2-d2-test arith-ops3-d2-test"}  # 135M/270M ladder: 3 levels fit 2 cores
 
 checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
   $PROCRL sft --config "$1" >&2
