@@ -9,11 +9,12 @@ cd "$(dirname "$0")/.."
 PROCRL=${PROCRL:-.venv/bin/procrl}
 [ -x "$PROCRL" ] || PROCRL=procrl
 OUT=outputs/calib
-POLICIES=${POLICIES:-"organism organism_300 organism_corrupted smollm2 gemma smollm2_sft"}
+POLICIES=${POLICIES:-"organism organism_300 organism_corrupted smollm2 gemma smollm2_sft smollm2_sft_corrupted smollm2_sft_20"}
 N=${N:-64}                                # problems per level (the test split) for the organisms
 N_LM=${N_LM:-32}                          # ... for the 135M/270M models (vLLM on 2 CPU cores: ~100 tokens/s)
 D1="arith-ops2-d1-test arith-ops3-d1-test arith-ops4-d1-test arith-ops5-d1-test arith-ops6-d1-test"  # ops1-d1 has ~10 test problems
 D2=${D2:-"arith-ops1-d2-test arith-ops2-d2-test arith-ops3-d2-test"}  # 135M/270M ladder: 3 levels fit 2 cores
+D2_SFT=${D2_SFT:-"arith-ops2-d2-test arith-ops3-d2-test arith-ops4-d2-test"}  # warm-started 135M: one step harder
 
 checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
   $PROCRL sft --config "$1" >&2
@@ -35,7 +36,9 @@ for policy in $POLICIES; do
     organism_corrupted) calibrate organism_corrupted "$(checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers "$N" $D1 ;;
     smollm2) calibrate smollm2 default one_shot vllm "$N_LM" $D2 ;;
     gemma) calibrate gemma gemma3-270m one_shot vllm "$N_LM" $D2 ;;
-    smollm2_sft) calibrate smollm2_sft "$(checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2 ;;
+    smollm2_sft) calibrate smollm2_sft "$(checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
+    smollm2_sft_corrupted) calibrate smollm2_sft_corrupted "$(checkpoint configs/sft/smollm2_corrupted.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
+    smollm2_sft_20) calibrate smollm2_sft_20 "$(checkpoint configs/sft/smollm2_clean_short.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
     *) echo "unknown policy $policy" >&2; exit 2 ;;
   esac
 done
