@@ -18,7 +18,13 @@ rank 1 = highest; equal values share the better rank; a model without the value 
   intervals);
 - `inverted_beyond_intervals`: inverted and neither pair of intervals overlaps (a conservative reading: two 95%
   intervals that do not overlap differ at well below the 5% level);
-- `frs_separates`: the accuracy intervals overlap and the FRS@K intervals do not (FRS separates what accuracy cannot).
+- `frs_separates`: the accuracy intervals overlap and the FRS@K intervals do not (FRS separates what accuracy cannot);
+- `paired`: when both runs have judged traces on the same problems, the PAIRED bootstrap difference (first − second)
+  of accuracy and FRS@K over those problems (`procrl.evals.frs.intervals.paired_differences`: one problem multiset per
+  resample for both models), and `frs_separates_paired`: the FRS@K difference interval excludes 0 while the accuracy
+  difference interval contains 0 or lies inside ±`EQUIVALENCE` (issue 28's rule). None without traces.
+
+A run whose model is a path (a checkpoint directory) is labelled by its run directory's name in the tables.
 """
 
 from __future__ import annotations
@@ -31,11 +37,21 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
-from procrl.evals.frs.intervals import ACCURACY, SELECTION_GAIN, accuracy_key, frs_key, intervals_from_result
-from procrl.evals.frs.traces import read_traces
+from procrl.evals.frs.arguments import FRSConfig
+from procrl.evals.frs.intervals import (
+    ACCURACY,
+    SELECTION_GAIN,
+    accuracy_key,
+    config_from_result,
+    frs_key,
+    intervals_from_result,
+    paired_differences,
+)
+from procrl.evals.frs.traces import Trace, read_traces
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate
 
 __all__ = [
+    "EQUIVALENCE",
     "FILES",
     "FRSRun",
     "build_comparison",
@@ -51,6 +67,8 @@ __all__ = [
 FILES = {"table": "table.md", "plot": "frs_compare.png"}
 # the run record of a run directory (`procrl.experiment.tracking.RUN_FILE`, a higher layer: read here as plain JSON)
 RUN_JSON = "run.json"
+# an accuracy difference inside +-EQUIVALENCE counts as "accuracy does not separate" (issue 28: "within 3 points")
+EQUIVALENCE = 0.03
 
 
 @dataclass
@@ -65,6 +83,7 @@ class FRSRun:
             the gain in RS units 0-100; None = not measured).
         intervals: name -> [low, high] or None (empty without intervals).
         intervals_source: "report" (the result had them), "traces" (computed here from its judged traces) or "none".
+        label: what the tables call it: the model, or the run directory's name when the model is a path.
     """
 
     path: str
@@ -77,6 +96,7 @@ class FRSRun:
     values: dict[str, float | None]
     intervals: dict[str, list[float] | None]
     intervals_source: str
+    label: str = ""
 
 
 def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int | None = None) -> FRSRun:
@@ -143,7 +163,20 @@ def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed
         values=values,
         intervals={k: (None if v is None else [float(v[0]), float(v[1])]) for k, v in intervals.items()},
         intervals_source=source,
+        label=run_dir.name if "/" in str(result["model"]) else str(result["model"]),
     )
+
+
+def load_judged_traces(path: str | Path) -> tuple[list[Trace], FRSConfig] | None:
+    """The judged traces and the FRS config of the `procrl frs` run at `path` (its directory), or None when the run
+    kept no `judged_traces` file or an empty one. Raises ValueError / OSError when they do not read back."""
+    run_dir = Path(path)
+    record = json.loads((run_dir / RUN_JSON).read_text())
+    traces_file = (record.get("files") or {}).get("judged_traces")
+    if not traces_file or not (run_dir / traces_file).is_file():
+        return None
+    traces = read_traces(run_dir / traces_file)
+    return (traces, config_from_result(record["result"])) if traces else None
 
 
 def rank_descending(values: Sequence[float | None]) -> list[int | None]:
@@ -169,23 +202,34 @@ def _overlap(a: Sequence[float] | None, b: Sequence[float] | None) -> bool | Non
     return a[0] <= b[1] and b[0] <= a[1]
 
 
-def compare_runs(runs: Sequence[FRSRun], k: float | None = None) -> dict[str, Any]:
+def compare_runs(
+    runs: Sequence[FRSRun],
+    k: float | None = None,
+    *,
+    traces: Mapping[str, tuple[Sequence[Trace], FRSConfig]] | None = None,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, Any]:
     """Ranks by accuracy and by FRS@K per benchmark, and every pair's inversion and interval overlaps (see the
     module docstring).
 
     Args:
         runs: the loaded reports, at most one per (model, benchmark).
         k: the FRS@K the ranking uses; None = the headline K of the benchmark's reports.
+        traces: run path -> (judged traces, FRS config), for the paired differences (`load_judged_traces`); a pair
+            with either run missing gets `paired` None. resamples, seed: the paired bootstrap's.
 
     Returns:
         `{"runs": [FRSRun as dict], "benchmarks": {benchmark: {"k", "models": [{model, accuracy, frs, rank_accuracy,
         rank_frs}], "pairs": [{models, accuracy_order, frs_order, inverted, accuracy_intervals_overlap,
-        frs_intervals_overlap, inverted_beyond_intervals, frs_separates}], "inverted", "inverted_beyond_intervals",
-        "frs_separates"}}, "counts": {...}}`; orders are ">", "<", "=" (first model vs second) or None.
+        frs_intervals_overlap, inverted_beyond_intervals, frs_separates, paired, frs_separates_paired}], "inverted",
+        "inverted_beyond_intervals", "frs_separates"}}, "counts": {...}}`; orders are ">", "<", "=" (first model vs
+        second) or None; `paired`: {"accuracy": {difference, interval, n_undefined}, "frs@K": {...}} or None.
 
     Raises:
         ValueError: no runs; two runs with the same (model, benchmark); the reports of a benchmark have different
-            headline Ks and no `k` is given; a report has no FRS@K for the K used.
+            headline Ks and no `k` is given; a report has no FRS@K for the K used; two runs with traces answered
+            different problems (`paired_differences`).
     """
     if not runs:
         raise ValueError("no procrl frs run to compare")
@@ -211,7 +255,7 @@ def compare_runs(runs: Sequence[FRSRun], k: float | None = None) -> dict[str, An
             if key not in run.values:
                 have = ", ".join(f"{v:g}" for v in run.k_values)
                 raise ValueError(f"{run.path} has no FRS@{used:g} (its Ks: {have}); choose one of them with --k")
-        benchmarks[benchmark] = _compare_benchmark(group, key, used)
+        benchmarks[benchmark] = _compare_benchmark(group, key, used, traces or {}, resamples, seed)
     pairs = [pair for entry in benchmarks.values() for pair in entry["pairs"]]
     counts = {
         "runs": len(runs),
@@ -220,16 +264,28 @@ def compare_runs(runs: Sequence[FRSRun], k: float | None = None) -> dict[str, An
         "inverted": sum(p["inverted"] is True for p in pairs),
         "inverted_beyond_intervals": sum(p["inverted_beyond_intervals"] is True for p in pairs),
         "frs_separates": sum(p["frs_separates"] is True for p in pairs),
+        "frs_separates_paired": sum(p["frs_separates_paired"] is True for p in pairs),
     }
     return {"runs": [asdict(run) for run in runs], "benchmarks": benchmarks, "counts": counts}
 
 
-def _compare_benchmark(group: Sequence[FRSRun], key: str, k: float) -> dict[str, Any]:
+def _separates_paired(paired: Mapping[str, Any], key: str) -> bool | None:
+    """The FRS@K difference interval excludes 0 and the accuracy one contains 0 or lies inside +-EQUIVALENCE."""
+    acc, frs = paired[ACCURACY]["interval"], paired[key]["interval"]
+    if acc is None or frs is None:
+        return None
+    accuracy_silent = acc[0] <= 0.0 <= acc[1] or (-EQUIVALENCE <= acc[0] and acc[1] <= EQUIVALENCE)
+    return accuracy_silent and (frs[0] > 0.0 or frs[1] < 0.0)
+
+
+def _compare_benchmark(
+    group: Sequence[FRSRun], key: str, k: float, traces: Mapping[str, tuple], resamples: int, seed: int
+) -> dict[str, Any]:
     accuracy = [run.values[ACCURACY] for run in group]
     frs = [run.values[key] for run in group]
     rank_acc, rank_frs = rank_descending(accuracy), rank_descending(frs)
     models = [
-        {"model": run.model, "accuracy": a, "frs": f, "rank_accuracy": ra, "rank_frs": rf}
+        {"model": run.label or run.model, "accuracy": a, "frs": f, "rank_accuracy": ra, "rank_frs": rf}
         for run, a, f, ra, rf in zip(group, accuracy, frs, rank_acc, rank_frs, strict=True)
     ]
     pairs = []
@@ -243,8 +299,12 @@ def _compare_benchmark(group: Sequence[FRSRun], key: str, k: float) -> dict[str,
         if inverted:
             beyond = None if acc_overlap is None or frs_overlap is None else not acc_overlap and not frs_overlap
         separates = None if acc_overlap is None or frs_overlap is None else acc_overlap and not frs_overlap
+        paired = None
+        if a.path in traces and b.path in traces:
+            (ta, ca), (tb, cb) = traces[a.path], traces[b.path]
+            paired = paired_differences(ta, ca, tb, cb, [ACCURACY, key], resamples=resamples, seed=seed)
         pairs.append({
-            "models": [a.model, b.model],
+            "models": [a.label or a.model, b.label or b.model],
             "accuracy_order": acc_order,
             "frs_order": frs_order,
             "inverted": inverted,
@@ -252,6 +312,8 @@ def _compare_benchmark(group: Sequence[FRSRun], key: str, k: float) -> dict[str,
             "frs_intervals_overlap": frs_overlap,
             "inverted_beyond_intervals": beyond,
             "frs_separates": separates,
+            "paired": paired,
+            "frs_separates_paired": None if paired is None else _separates_paired(paired, key),
         })  # fmt: skip
     return {
         "k": k,
@@ -288,7 +350,7 @@ def format_table(comparison: Mapping[str, Any]) -> str:
         values, intervals = run["values"], run["intervals"]
         top_key = accuracy_key(benchmarks[run["benchmark"]]["k"])
         cells = [
-            run["model"],
+            run.get("label") or run["model"],
             run["benchmark"],
             str(run["n_problems"]),
             str(run["n_traces"]),
@@ -336,6 +398,20 @@ def format_table(comparison: Mapping[str, Any]) -> str:
                 + " | ".join(_yes_no(f) for f in flags)
                 + f" | {_yes_no(pair['inverted_beyond_intervals'])} | {_yes_no(pair['frs_separates'])} |"
             )
+        with_paired = [pair for pair in entry["pairs"] if pair.get("paired")]
+        if with_paired:
+            lines += [
+                "",
+                f"| models (first − second) | accuracy difference (points) | {metric} difference | {metric} separates, "
+                f"accuracy does not (paired, accuracy within ±{100 * EQUIVALENCE:g} points counts as equal) |",
+                "|---|---|---|---|",
+            ]
+        for pair in with_paired:
+            acc, frs = pair["paired"][ACCURACY], pair["paired"][entry["metric"]]
+            lines.append(
+                f"| {' − '.join(pair['models'])} | {_cell(acc['difference'], acc['interval'], 100)} | "
+                f"{_cell(frs['difference'], frs['interval'])} | {_yes_no(pair['frs_separates_paired'])} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -353,7 +429,7 @@ def plot_compare(comparison: Mapping[str, Any], path: str | Path) -> Path:
             points = [(k, run["values"][frs_key(k)]) for k in run["k_values"] if run["values"][frs_key(k)] is not None]
             if not points:
                 continue
-            (line,) = ax.plot(*zip(*points, strict=True), marker="o", label=run["model"])
+            (line,) = ax.plot(*zip(*points, strict=True), marker="o", label=run.get("label") or run["model"])
             band = [(k, run["intervals"].get(frs_key(k))) for k, _ in points]
             band = [(k, iv) for k, iv in band if iv is not None]
             if band:  # a band over the Ks with an interval, and a bar at each (one K alone has no band)
@@ -383,12 +459,24 @@ def build_comparison(
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int | None = None,
 ) -> dict[str, Any]:
-    """`compare_runs` of the `procrl frs` runs at `paths` (`load_frs_run` with `resamples` and `seed`).
+    """`compare_runs` of the `procrl frs` runs at `paths` (`load_frs_run` with `resamples` and `seed`), with the
+    paired differences of every pair whose runs kept judged traces (`resamples` 0: none; seed None: 0).
 
     Raises:
         FileNotFoundError, ValueError: from `load_frs_run` and `compare_runs`.
     """
-    return compare_runs([load_frs_run(p, resamples=resamples, seed=seed) for p in paths], k)
+    runs = [load_frs_run(p, resamples=resamples, seed=seed) for p in paths]
+    traces = {}
+    if resamples > 0:
+        for run in runs:
+            try:
+                loaded = load_judged_traces(run.path)
+            except (OSError, ValueError, KeyError) as error:
+                raise ValueError(f"{run.path}: the judged traces do not read back ({error})") from error
+            if loaded is not None:
+                traces[run.path] = loaded
+    paired_seed = 0 if seed is None else seed
+    return compare_runs(runs, k, traces=traces, resamples=resamples, seed=paired_seed)
 
 
 def write_comparison(comparison: dict[str, Any], output_dir: str | Path) -> dict[str, str]:

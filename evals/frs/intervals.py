@@ -46,10 +46,12 @@ __all__ = [
     "SELECTION_GAIN",
     "FRSIntervals",
     "accuracy_key",
+    "config_from_result",
     "frs_intervals",
     "frs_key",
     "intervals_from_result",
     "metric_names",
+    "paired_differences",
     "point_estimates",
 ]
 
@@ -130,7 +132,7 @@ class _Resampler:
         self.scored = [_Scored(t.correct, t.confidence, t.rs) for t in self.traces]
         index: dict[str, int] = {}
         self.problem_of = [index.setdefault(t.problem_id, len(index)) for t in self.traces]
-        self.n_problems = len(index)
+        self.problem_index, self.n_problems = index, len(index)
         members: list[list[int]] = [[] for _ in range(self.n_problems)]
         for i, p in enumerate(self.problem_of):
             members[p].append(i)
@@ -237,6 +239,103 @@ def frs_intervals(
     return FRSIntervals(intervals, resamples, confidence, seed, n, undefined)
 
 
+def paired_differences(
+    first: Sequence[Trace],
+    first_config: FRSConfig,
+    second: Sequence[Trace],
+    second_config: FRSConfig,
+    names: Sequence[str],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Paired bootstrap of the difference first − second of each number in `names`, over the problems both runs
+    answered: every resample draws ONE multiset of problems and computes each model's number on it (each on its
+    own traces, as `frs_intervals` does), so the problem-to-problem variation both models share cancels.
+
+    Args:
+        first, second: the judged traces of two models on the same benchmark; first_config, second_config: the
+            `FRSConfig` each point estimate used. names: numbers of `metric_names` (e.g. "accuracy", "frs@10").
+        resamples, confidence, seed: as `frs_intervals`.
+
+    Returns:
+        name -> `{"difference": first − second on all problems (None: undefined for either), "interval": [low,
+        high] or None (defined on no resample), "n_undefined": resamples left out}`; accuracies as fractions, FRS
+        and the gain in RS units.
+
+    Raises:
+        ValueError: the runs answered different problems (a paired comparison needs the same ones), no problems,
+            a name not in both configs' `metric_names`, or `resamples` / `confidence` out of range.
+
+    >>> a = [Trace("p", "", "", "1", True, 0.9, 5), Trace("q", "", "", "1", True, 0.5, 5)]
+    >>> b = [Trace("p", "", "", "1", False, 0.9, 5), Trace("q", "", "", "1", True, 0.5, 5)]
+    >>> paired_differences(a, FRSConfig(k_values=(50,)), b, FRSConfig(k_values=(50,)), ["accuracy"])["accuracy"]["difference"]
+    0.5
+    """
+    if resamples < 1 or not 0.0 < confidence < 1.0:
+        raise ValueError(f"paired_differences: resamples >= 1 and confidence in (0, 1), got {resamples}, {confidence}")
+    for name in names:
+        if name not in metric_names(first_config) or name not in metric_names(second_config):
+            raise ValueError(f"paired_differences: {name!r} is not a number both runs report")
+    ra, rb = _Resampler(first, first_config), _Resampler(second, second_config)
+    if set(ra.problem_index) != set(rb.problem_index) or not ra.problem_index:
+        only_a = len(set(ra.problem_index) - set(rb.problem_index))
+        only_b = len(set(rb.problem_index) - set(ra.problem_index))
+        raise ValueError(
+            f"paired_differences: the runs answered different problems ({only_a} only in the first, {only_b} only "
+            f"in the second, {len(ra.problem_index)} and {len(rb.problem_index)} in all): run both on the same slice"
+        )
+    n = ra.n_problems
+    to_b = np.array([rb.problem_index[pid] for pid in ra.problem_index], dtype=np.int64)  # a's problem -> b's index
+    memo: dict[bytes, dict[str, float | None]] = {}
+
+    def differences(counts: np.ndarray) -> dict[str, float | None]:
+        key = counts.tobytes()
+        if key not in memo:
+            counts_b = np.zeros(n, dtype=np.int64)
+            counts_b[to_b] = counts
+            va, vb = ra.statistics(counts), rb.statistics(counts_b)
+            memo[key] = {
+                name: None if va[name] is None or vb[name] is None else float(va[name]) - float(vb[name])
+                for name in names
+            }
+        return memo[key]
+
+    point = differences(np.ones(n, dtype=np.int64))
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        seen = {"undefined": 0}
+
+        def statistic(idx: np.ndarray, name: str = name, seen: dict = seen) -> float:
+            value = differences(np.bincount(idx, minlength=n))[name]
+            seen["undefined"] += value is None
+            return math.nan if value is None else value
+
+        try:
+            low, high = bootstrap_interval(n, statistic, resamples=resamples, confidence=confidence, seed=seed)
+            interval: list[float] | None = [low, high]
+        except ValueError:
+            interval = None  # defined on no resample (the other refusals were checked above)
+        out[name] = {"difference": point[name], "interval": interval, "n_undefined": seen["undefined"]}
+    return out
+
+
+def config_from_result(result: Mapping[str, Any]) -> FRSConfig:
+    """The `FRSConfig` of a `procrl frs` result (run.json's `result`: `settings.frs`).
+
+    Raises:
+        ValueError: the result has no `settings.frs` or it does not read back.
+    """
+    settings = result.get("settings") if isinstance(result, Mapping) else None
+    if not isinstance(settings, Mapping) or not isinstance(settings.get("frs"), Mapping):
+        raise ValueError("not a procrl frs result: no 'settings.frs' (the FRS config of the run)")
+    try:
+        return FRSConfig(**settings["frs"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"the FRS config of the result does not read back: {error}") from error
+
+
 def intervals_from_result(
     result: Mapping[str, Any],
     traces: Sequence[Trace],
@@ -253,13 +352,7 @@ def intervals_from_result(
         ValueError: the result has no `settings.frs` or it does not read back (`FRSConfig`), or the errors of
             `frs_intervals`.
     """
-    settings = result.get("settings") if isinstance(result, Mapping) else None
-    if not isinstance(settings, Mapping) or not isinstance(settings.get("frs"), Mapping):
-        raise ValueError("not a procrl frs result: no 'settings.frs' (the FRS config of the run)")
-    try:
-        config = FRSConfig(**settings["frs"])
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"the FRS config of the result does not read back: {error}") from error
+    config = config_from_result(result)
     return frs_intervals(
         traces, config, resamples=resamples, confidence=confidence, seed=config.seed if seed is None else seed
     )

@@ -81,7 +81,7 @@ def test_ranks_and_inversions(three_models):
     svamp = comparison["benchmarks"][SVAMP]
     assert svamp["pairs"] == [] and svamp["models"][0]["rank_frs"] == 1 and not svamp["inverted"]
     assert comparison["counts"] == {"runs": 4, "benchmarks": 2, "pairs": 3, "inverted": 1,
-                                    "inverted_beyond_intervals": 1, "frs_separates": 1}  # fmt: skip
+                                    "inverted_beyond_intervals": 1, "frs_separates": 1, "frs_separates_paired": 0}  # fmt: skip
 
 
 def test_an_inversion_inside_the_intervals_and_another_k(tmp_path):
@@ -189,3 +189,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, three_models, capsys, argv, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("procrl frs compare: error: ") and message in err[0], err
     assert not (tmp_path / "cmp" / "run.json").exists()  # nothing written on bad input
+
+
+def test_pairs_with_judged_traces_get_paired_differences(tmp_path):
+    """Two models with the same right/wrong traces on the same problems (accuracy difference exactly 0), the second
+    judged one point lower everywhere (RS -25): the paired FRS@10 difference is +25 with a zero-width interval, so
+    FRS separates the pair and accuracy does not. A run without traces leaves its pairs unpaired."""
+    def traces(score):
+        return [
+            Trace(f"p{p}", "q", f"t{p}{j}", "1", j % 2 == 0, 0.9 - 0.01 * (4 * p + j), 10,
+                  scores=dict.fromkeys(DIMENSIONS, score))
+            for p in range(10) for j in range(4)
+        ]  # fmt: skip
+
+    clean = write_report(tmp_path, "clean_run", "/ckpt/clean", GSM, 0.5, 100.0, traces=traces(5))
+    lucky = write_report(tmp_path, "lucky_run", "/ckpt/lucky", GSM, 0.5, 75.0, traces=traces(4))
+    bare = write_report(tmp_path, "bare", "C", GSM, 0.5, 75.0)
+    comparison = build_comparison([clean, lucky, bare], resamples=100)
+    pairs = {tuple(p["models"]): p for p in comparison["benchmarks"][GSM]["pairs"]}
+    paired = pairs["clean_run", "lucky_run"]  # models that are paths are labelled by their run directories
+    assert paired["paired"]["accuracy"]["difference"] == 0.0
+    assert paired["paired"]["frs@10"]["difference"] == pytest.approx(25.0)
+    assert paired["paired"]["frs@10"]["interval"] == pytest.approx([25.0, 25.0])
+    assert paired["frs_separates_paired"] is True and comparison["counts"]["frs_separates_paired"] == 1
+    assert pairs["clean_run", "C"]["paired"] is None and pairs["clean_run", "C"]["frs_separates_paired"] is None
+    from procrl.evals.frs.compare import format_table
+
+    assert "| clean_run − lucky_run | 0.0 [0.0, 0.0] | 25.0 [25.0, 25.0] | yes |" in format_table(comparison)

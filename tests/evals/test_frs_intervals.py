@@ -231,3 +231,51 @@ def test_procrl_frs_without_bootstrap(monkeypatch, tmp_path, capsys):
     assert intervals_from_result(result, TRACES, resamples=100).to_dict() == frs_intervals(
         TRACES, CONFIG, resamples=100, seed=0
     ).to_dict()  # the intervals such a run lacks, from its judged traces (procrl frs compare does so)
+
+
+# --- paired differences between two models on the same problems (issue 28 §4) -------------------------------------
+
+
+def test_paired_accuracy_difference_is_the_bootstrap_of_per_problem_differences():
+    """With the same number of traces per problem, the accuracy difference on a resample is the mean over the drawn
+    problems of acc_a(p) - acc_b(p): the same draws (same seed) must give the same interval as bootstrapping those
+    per-problem differences directly."""
+    from procrl.evals.frs.intervals import paired_differences
+    from procrl.evals.stats import bootstrap_interval
+
+    rng = np.random.default_rng(1)
+    correct_a = rng.random((30, 4)) < 0.6
+    correct_b = rng.random((30, 4)) < 0.4
+    a = [judged(f"p{p}", float(rng.random()), bool(correct_a[p, j]), 3) for p in range(30) for j in range(4)]
+    b = [judged(f"p{p}", float(rng.random()), bool(correct_b[p, j]), 3) for p in reversed(range(30)) for j in range(4)]
+    per_problem = correct_a.mean(axis=1) - correct_b.mean(axis=1)
+    out = paired_differences(a, CONFIG, b, CONFIG, ["accuracy"], resamples=200, seed=5)["accuracy"]
+    assert out["difference"] == pytest.approx(per_problem.mean())
+    expected = bootstrap_interval(30, lambda idx: float(per_problem[idx].mean()), resamples=200, seed=5)
+    assert out["interval"] == pytest.approx(list(expected))
+    assert out["n_undefined"] == 0
+
+
+def test_paired_difference_of_a_model_with_itself_is_zero_and_frs_follows_the_scores():
+    from procrl.evals.frs.intervals import paired_differences
+
+    same = paired_differences(TRACES, CONFIG, TRACES, CONFIG, ["accuracy", "frs@30"], resamples=50)
+    assert same["accuracy"]["difference"] == 0.0 and same["accuracy"]["interval"] == [0.0, 0.0]
+    assert same["frs@30"]["interval"] == [0.0, 0.0]
+    # the same traces with every judged score one point lower: RS drops by 25 on every kept trace
+    lower = [judged(t.problem_id, t.confidence, t.correct, next(iter(t.scores.values())) - 1) for t in TRACES]
+    diff = paired_differences(TRACES, CONFIG, lower, CONFIG, ["frs@30", "frs@50"], resamples=50)
+    assert diff["frs@30"]["difference"] == pytest.approx(25.0) and diff["frs@30"]["interval"] == pytest.approx([25, 25])
+    assert diff["frs@50"]["difference"] == pytest.approx(25.0)
+
+
+def test_paired_differences_refuse_other_problems_and_unknown_numbers():
+    from procrl.evals.frs.intervals import paired_differences
+
+    other = [judged("p9", 0.5, True, 4)] + TRACES[2:]
+    with pytest.raises(ValueError, match="different problems .1 only in the first, 1 only in the second"):
+        paired_differences(TRACES, CONFIG, other, CONFIG, ["accuracy"])
+    with pytest.raises(ValueError, match="different problems"):
+        paired_differences([], CONFIG, [], CONFIG, ["accuracy"])
+    with pytest.raises(ValueError, match="'frs@10' is not a number both runs report"):
+        paired_differences(TRACES, CONFIG, TRACES, CONFIG, ["frs@10"])
