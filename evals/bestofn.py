@@ -23,7 +23,10 @@ curve point is the mean over problems with a percentile bootstrap 95% interval o
 
 `score_auroc`: the within-problem AUROC (`procrl.evals.stats.auroc`) of each score column and of `num_tokens` (the
 PUM paper's ranking robustness): P(s_correct > s_incorrect) + 0.5 P(tie) over the (correct, incorrect) pairs of
-scored candidates.
+scored candidates. A candidate whose score is None is left out of its problem's pairs (for a PiCSAR column: no
+extractable answer, so always a wrong one); a problem without both a correct and an incorrect scored candidate (all
+right, all wrong) has none and is left out. The value is the mean over the problems that have one, their count
+beside it, with a percentile bootstrap 95% interval over them.
 
 The samples are `procrl select`'s problem rows (`samples_from_problems`); the pick rules are its own
 (`procrl.evals.selection_rules`: `pick_argmax` = `select_argmax`, `pick_majority` = `select_majority`; no torch).
@@ -422,8 +425,8 @@ def plot_bestofn(result: dict, path: str | Path) -> Path:
 
 def curve_metrics(result: dict) -> dict[str, float]:
     """The run record's flat metrics of a `bestofn_curves` result: `bestofn/<method>/acc@<k>` (and `ci_low@<k>`,
-    `ci_high@<k>`; fractions), `bestofn/<score>/auroc` (and `auroc_problems`), `bestofn/problems`,
-    `bestofn/unparseable_gold`; an undefined value (None: no problem) is left out.
+    `ci_high@<k>`; fractions), `bestofn/<score>/auroc` (and `auroc_ci_low`, `auroc_ci_high`, `auroc_problems`),
+    `bestofn/problems`, `bestofn/unparseable_gold`; an undefined value (None: no problem) is left out.
 
     >>> metrics = curve_metrics({"problems": 2, "unparseable_gold": 1, "auroc": {},
     ...     "curves": {"random": [{"k": 1, "accuracy": 0.5, "ci_low": 0.0, "ci_high": 1.0}]}})
@@ -439,6 +442,8 @@ def curve_metrics(result: dict) -> dict[str, float]:
     for name, a in result["auroc"].items():
         if a["auroc"] is not None:
             metrics[f"bestofn/{name}/auroc"] = a["auroc"]
+            metrics[f"bestofn/{name}/auroc_ci_low"] = a["ci_low"]
+            metrics[f"bestofn/{name}/auroc_ci_high"] = a["ci_high"]
             metrics[f"bestofn/{name}/auroc_problems"] = a["problems"]
     metrics["bestofn/problems"] = result["problems"]
     metrics["bestofn/unparseable_gold"] = result["unparseable_gold"]

@@ -12,7 +12,11 @@ PiCSAR), picks one per scorer and reports the accuracy of the picked completions
 - `picsar`: argmax of the unnormalised PiCSAR sum log p(r|x) + log p(y|a,x,r) (the paper's selection score);
   `picsar_reasoning` and `picsar_answer`: argmax of one term alone (the same PiCSAR pass). The reasoning term is
   the sampler's log-probs, the answer term is teacher-forced by the policy itself or by `picsar_evaluator` (the
-  paper's decoupled evaluator); completions without an extractable answer are never picked;
+  paper's decoupled evaluator; its input: `picsar_instruction`, `picsar_separator`, `picsar_join_space`);
+  completions without an extractable answer are never picked;
+- `mean_logprob`: argmax of the mean raw log-prob per token of the completion (the sampler's; the length-normalised
+  likelihood baseline); `self_certainty`: argmax of the mean over its tokens of KL(U || p_t), the policy's
+  next-token distribution's divergence from uniform (Kang et al. 2025, arXiv 2502.18581; one teacher-forced pass);
 - `majority`: the most frequent extracted answer, equal answers counted together as the outcome check grades them
   ("0.5" = "1/2"; ties: the answer that appears first); its first completion;
 - `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
@@ -55,6 +59,7 @@ from procrl.evals.selection_scorers import (
 from procrl.evals.stats import ratio
 from procrl.generation import SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
+from procrl.rewards.picsar import DEFAULT_INSTRUCTION, DEFAULT_SEPARATOR
 from procrl.utils import get_logger
 
 logger = get_logger(__name__)
@@ -79,8 +84,9 @@ class SelectConfig(OfflineConfig):
     Raises:
         ValueError: (on construction) a scorer not in `SCORERS` or given twice, no scorer, `n` < 1, a PUM scorer
             (pum, pum_min, pum_last, pum_mean) without a `pum` directory, a `picsar_evaluator` that is empty or
-            without a PiCSAR scorer (picsar, picsar_reasoning, picsar_answer) to use it, `ks` that are not integers
-            in [1, n], `subsets` or `resamples` < 1, or a bad shared setting (`OfflineConfig`).
+            without a PiCSAR scorer (picsar, picsar_reasoning, picsar_answer) to use it, a PiCSAR setting
+            (`picsar_instruction`, `picsar_separator`, `picsar_join_space`) changed without a PiCSAR scorer, `ks`
+            that are not integers in [1, n], `subsets` or `resamples` < 1, or a bad shared setting (`OfflineConfig`).
     """
 
     scorer: str = field(default="pum", metadata={"help": f"one or more of {', '.join(SCORERS)} (comma-separated)"})
@@ -90,6 +96,24 @@ class SelectConfig(OfflineConfig):
         metadata={
             "help": "model that teacher-forces PiCSAR's answer term log p(y|a,x,r), a name or path like --model "
             "(e.g. gemma3-270m); None = the policy itself. The samples and the reasoning term stay the policy's"
+        },
+    )
+    picsar_instruction: str = field(
+        default=DEFAULT_INSTRUCTION,
+        metadata={
+            "help": "instruction a before the problem in PiCSAR's answer-term input; '' = the problem alone (for a "
+            "policy whose vocabulary lacks these words, e.g. the arith organism)"
+        },
+    )
+    picsar_separator: str = field(
+        default=DEFAULT_SEPARATOR,
+        metadata={"help": "text between the reasoning and the answer in PiCSAR's answer-term input"},
+    )
+    picsar_join_space: bool = field(
+        default=False,
+        metadata={
+            "help": "score the separator's trailing whitespace with the answer (' 42', not ' ' then '42'): for a "
+            "tokenizer whose tokens carry their leading space, e.g. the arith organism's"
         },
     )
     greedy: bool = field(
@@ -150,6 +174,20 @@ class SelectConfig(OfflineConfig):
         needs_pum = [s for s in known if pass_of(s) in ("pum", "pum_steps")]
         if needs_pum and not self.pum:
             problems.append(f"--scorer {','.join(needs_pum)} needs --pum PATH (a train_pum.py output directory)")
+        changed = [
+            f"--{name.replace('_', '-')}"
+            for name, default in (
+                ("picsar_instruction", DEFAULT_INSTRUCTION),
+                ("picsar_separator", DEFAULT_SEPARATOR),
+                ("picsar_join_space", False),
+            )
+            if getattr(self, name) != default
+        ]
+        if changed and not any(pass_of(s) == "picsar" for s in known):
+            problems.append(
+                f"{', '.join(changed)} only change the PiCSAR scorers; add one of picsar, picsar_reasoning, "
+                "picsar_answer to --scorer, or drop them"
+            )
         if self.picsar_evaluator is not None:
             if not self.picsar_evaluator.strip():
                 problems.append(
@@ -171,6 +209,8 @@ class SelectConfig(OfflineConfig):
 
 RUN_FILE = "run.json"  # the run record procrl.experiment.tracking writes (a layer above: named here to read it)
 PROBLEMS_FILE = "problems.jsonl"  # `procrl select`'s per-problem rows beside it (TrackedRun.write_rows("problems"))
+
+
 def store_dir(output_dir: str | Path) -> Path:
     """The sample store of a select run: `cache/` in its output directory (content-addressed rollout shards).
 
@@ -227,7 +267,9 @@ def _decode(
     )  # fmt: skip
     rollouts = [r for request in requests for r in results[request.key]]
     if not stats.generated_rows:
-        logger.info("select: all %d %s read from the sample store %s", len(rollouts), what, store_dir(config.output_dir))
+        logger.info(
+            "select: all %d %s read from the sample store %s", len(rollouts), what, store_dir(config.output_dir)
+        )
     return [r.token_ids for r in rollouts], [r.logprobs for r in rollouts], stats
 
 

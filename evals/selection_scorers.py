@@ -11,11 +11,19 @@ columns (the report's candidate keys `score_<column>`):
   the sampler's own raw log-probs, nats) and `picsar_answer` = log p(y|a,x,r) (math.fsum of
   `PiCSARScore.answer_logps`), so `picsar` = `picsar_reasoning` + `picsar_answer`. The answer term is
   teacher-forced by the policy itself, or by `picsar_evaluator` (the paper's decoupled evaluator; the reasoning
-  term stays the sampler's). A completion without an extractable answer gets None in all three columns;
+  term stays the sampler's), with the instruction `picsar_instruction`, the separator `picsar_separator` and
+  `picsar_join_space` (`PiCSARScorer`'s `instruction`, `separator`, `join_space`). A completion without an
+  extractable answer gets None in all three columns;
 - pass `pum_steps`: columns `pum_min`, `pum_last`, `pum_mean` = min / last / mean over k of U(x, p_k), the step
   prefixes' utilities, from ONE `PrefixUtilityModel.score_steps` pass per completion (made by `PUMReward` mode
   "min", which splits the steps; `procrl.step_rewards.aggregate_step_values` reduces them). A completion the PUM
-  cannot score fully (no text, or longer than its `max_length`) gets None, never NaN.
+  cannot score fully (no text, or longer than its `max_length`) gets None, never NaN;
+- pass `certainty` (the policy's own confidence, no answer needed): columns `mean_logprob` = (1/L) sum_t log p(y_t |
+  x, y_<t), the mean of the sampler's raw per-token log-probs (nats/token: the length-normalised likelihood
+  baseline, no forward pass) and `self_certainty` = (1/L) sum_t KL(U || p_t) (Kang et al. 2025, arXiv 2502.18581;
+  `procrl.generation.sequence_self_certainty`: one teacher-forced forward of the policy over the sampled prompt
+  and completion ids). Over the L completion tokens, EOS included when sampled; higher = more confident. A
+  completion without tokens, or with a non-finite mean, gets None.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from procrl.evals.offline import Setup, load_pum
 from procrl.evals.selection_rules import select_argmax, select_majority, select_random
+from procrl.generation import sequence_self_certainty
 from procrl.models import resolve_model
 from procrl.rewards.picsar import PiCSARScorer
 from procrl.rewards.pum import PrefixUtilityModel
@@ -128,16 +137,19 @@ def _pass_pum(ctx: ScoringContext) -> dict[str, ScoreTable]:
 
 def _pass_picsar(ctx: ScoringContext) -> dict[str, ScoreTable]:
     config, s, c = ctx.config, ctx.setup, ctx.candidates
+    settings = {
+        "instruction": config.picsar_instruction,
+        "separator": config.picsar_separator,
+        "join_space": config.picsar_join_space,
+        "normalize": "sum",
+        "batch_size": config.batch_size,
+    }
     if config.picsar_evaluator is None:  # the policy teacher-forces the answer term
-        picsar = PiCSARScorer(model=s.model, tokenizer=s.tokenizer, normalize="sum", batch_size=config.batch_size)
+        picsar = PiCSARScorer(model=s.model, tokenizer=s.tokenizer, **settings)
     else:  # the reasoning term is the sampler's log-probs either way: the policy's model is not needed
         evaluator, evaluator_tokenizer = load_evaluator(config.picsar_evaluator, s.device)
         picsar = PiCSARScorer(
-            tokenizer=s.tokenizer,
-            evaluator=evaluator,
-            evaluator_tokenizer=evaluator_tokenizer,
-            normalize="sum",
-            batch_size=config.batch_size,
+            tokenizer=s.tokenizer, evaluator=evaluator, evaluator_tokenizer=evaluator_tokenizer, **settings
         )
     columns: dict[str, ScoreTable] = {"picsar": [], "picsar_reasoning": [], "picsar_answer": []}
     rows = zip(s.dataset, c.texts, c.ids, c.logps, strict=True)
@@ -173,12 +185,33 @@ def _pass_pum_steps(ctx: ScoringContext) -> dict[str, ScoreTable]:
     }
 
 
+def _mean(values: Sequence[float]) -> float | None:
+    """The mean of `values`; None for none or a non-finite mean (never NaN)."""
+    mean = math.fsum(values) / len(values) if values else math.nan
+    return mean if math.isfinite(mean) else None
+
+
+def _pass_certainty(ctx: ScoringContext) -> dict[str, ScoreTable]:
+    config, s, c = ctx.config, ctx.setup, ctx.candidates
+    pad = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else 0  # masked: its value is moot
+    certainty: ScoreTable = []
+    rows = zip(s.prompt_ids, c.ids, strict=True)
+    for prompt, i_row in tqdm(rows, total=len(c.ids), desc="self-certainty", disable=config.no_progress):
+        sequences = [list(prompt) + list(ids) for ids in i_row]  # what the sampler saw and wrote
+        values = sequence_self_certainty(
+            s.model, sequences, [len(prompt)] * len(i_row), pad_token_id=pad, batch_size=config.batch_size
+        )
+        certainty.append([_mean(v) for v in values])
+    return {"mean_logprob": [[_mean(lp) for lp in row] for row in c.logps], "self_certainty": certainty}
+
+
 # A score pass: context -> {column: table}; every column is also a scorer (the argmax of that column).
 PassFunc = Callable[[ScoringContext], dict[str, ScoreTable]]
 SCORE_PASSES: dict[str, tuple[tuple[str, ...], PassFunc]] = {
     "pum": (("pum",), _pass_pum),
     "picsar": (("picsar", "picsar_reasoning", "picsar_answer"), _pass_picsar),
     "pum_steps": (("pum_min", "pum_last", "pum_mean"), _pass_pum_steps),
+    "certainty": (("mean_logprob", "self_certainty"), _pass_certainty),
 }
 
 # A pick rule: context -> one pick per problem (None: abstain); no scores.
@@ -191,6 +224,7 @@ PICK_RULES: dict[str, Callable[[ScoringContext], list[int | None]]] = {
 
 SCORERS = (
     "pum", "picsar", "majority", "random", "picsar_reasoning", "picsar_answer", "pum_min", "pum_last", "pum_mean",
+    "mean_logprob", "self_certainty",
 )  # fmt: skip
 
 
@@ -200,8 +234,8 @@ def pass_of(scorer: str) -> str | None:
     Raises:
         ValueError: `scorer` is not in `SCORERS`.
 
-    >>> pass_of("picsar_answer"), pass_of("pum_last"), pass_of("majority")
-    ('picsar', 'pum_steps', None)
+    >>> pass_of("picsar_answer"), pass_of("pum_last"), pass_of("self_certainty"), pass_of("majority")
+    ('picsar', 'pum_steps', 'certainty', None)
     """
     if scorer in PICK_RULES:
         return None

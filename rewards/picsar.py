@@ -9,10 +9,16 @@ All log-probabilities are natural logs under the RAW model distribution (tempera
   they arrive as `completion_logps` from procrl's rollout function (no extra forward pass); otherwise one
   teacher-forced forward of the policy computes them.
 - Answer term: the final answer y (extracted from the completion with `procrl.rewards.outcome.extract_answer`)
-  teacher-forced after the instruction a. Input layout *(defaults)*: user message = a + "\\n\\n" + x (rendered
-  with the evaluator's chat template when it has one, plain text otherwise), then r, then "<sep>\\nFinal
-  answer: ", then y. Every piece is tokenized separately and the ids concatenated, so exactly y's own tokens
-  are scored (a byte-level BPE tokenizer would otherwise merge " 42" across the boundary).
+  teacher-forced after the instruction a. Input layout *(defaults)*: user message = a + "\\n\\n" + x (x alone
+  when a is ""; rendered with the evaluator's chat template when it has one, plain text otherwise), then r, then
+  the separator "<sep>\\nFinal answer: ", then y. Every piece is tokenized separately and the ids concatenated,
+  so exactly y's own tokens are scored (a byte-level BPE tokenizer would otherwise merge " 42" across the
+  boundary). With `join_space`, the separator's trailing whitespace moves to the front of the answer piece
+  (lm-evaluation-harness's `_encode_pair` rule), so the scored tokens are those of " " + y: for a tokenizer
+  whose words and digits carry their leading space (the arith word-level tokenizer's " 4"), where y tokenized
+  after a lone " " token is text the model never saw (measured on the clean SFT organism, 48 samples: a mean
+  answer term of -20.7 nats after "The answer is ", -1.8 with `join_space`, -0.001 with `join_space` after
+  "\\n\\nThe answer is ", the trace's own last line).
   The evaluator may be a different model from the generator; by default it is the live policy.
 
 Two normalisations: `sum` (the paper's choice, used by `select_best_of_n`) and `mean` (each term averaged over its
@@ -76,8 +82,10 @@ class PiCSARScorer:
         tokenizer: tokenizer of `model`.
         evaluator: model for the answer term (may differ from the generator). None: use `model`.
         evaluator_tokenizer: tokenizer of `evaluator` (defaults to `tokenizer`).
-        instruction: the instruction a placed before the problem in the answer-term input.
+        instruction: the instruction a placed before the problem in the answer-term input ("": the problem alone,
+            for a policy whose vocabulary lacks the default's words).
         separator: text between the reasoning and the answer.
+        join_space: move the separator's trailing whitespace into the answer piece (module docstring).
         normalize: "mean" (reward default) or "sum" (the paper's selection score).
         batch_size: sequences per forward pass.
 
@@ -99,6 +107,7 @@ class PiCSARScorer:
         separator: str = DEFAULT_SEPARATOR,
         normalize: str = "mean",
         batch_size: int = 8,
+        join_space: bool = False,
     ):
         if normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
@@ -113,6 +122,7 @@ class PiCSARScorer:
         self.evaluator_name = evaluator if isinstance(evaluator, str) else None
         self.instruction = instruction
         self.separator = separator
+        self.join_space = join_space
         self.normalize = normalize
         self.batch_size = batch_size
 
@@ -179,27 +189,35 @@ class PiCSARScorer:
             answers: answer texts y (non-empty).
 
         Returns:
-            One list per example with one log-prob per token of `tokenizer(answer, add_special_tokens=False)`.
+            One list per example with one log-prob per token of `tokenizer(answer, add_special_tokens=False)`
+            (with `join_space`: of the separator's trailing whitespace + answer).
         """
         model, tokenizer = self._evaluator()
+        separator, lead = self.separator, ""
+        if self.join_space:  # the trailing whitespace goes with the answer (lm-evaluation-harness's `_encode_pair`)
+            separator = self.separator.rstrip()
+            lead = self.separator[len(separator) :]
         sequences, starts = [], []
         for problem, reasoning, answer in zip(problems, reasonings, answers, strict=True):
-            context = self._context_ids(tokenizer, problem, reasoning)
-            answer_ids = _encode(tokenizer, answer)
+            context = self._context_ids(tokenizer, problem, reasoning, separator)
+            answer_ids = _encode(tokenizer, lead + answer)
             sequences.append(context + answer_ids)
             starts.append(len(context))
         with _eval_mode(model):
             return sequence_logps(model, sequences, starts, pad_token_id=_pad_id(tokenizer), batch_size=self.batch_size)
 
-    def _context_ids(self, tokenizer, problem: str, reasoning: str) -> list[int]:
-        user = f"{self.instruction}\n\n{problem}"
+    def _context_ids(self, tokenizer, problem: str, reasoning: str, separator: str | None = None) -> list[int]:
+        """The answer term's context ids: the user turn (a + "\\n\\n" + x, or x alone when a is ""), r, then
+        `separator` (None: `self.separator`), each piece tokenized separately."""
+        user = f"{self.instruction}\n\n{problem}" if self.instruction else problem
         if getattr(tokenizer, "chat_template", None):
             head = tokenizer.apply_chat_template(
                 [{"role": "user", "content": user}], add_generation_prompt=True, tokenize=False
             )
         else:
             head = user + "\n\n"
-        ids = _encode(tokenizer, head) + _encode(tokenizer, reasoning) + _encode(tokenizer, self.separator)
+        separator = self.separator if separator is None else separator
+        ids = _encode(tokenizer, head) + _encode(tokenizer, reasoning) + _encode(tokenizer, separator)
         if not ids:
             raise ValueError("the answer-term context is empty")
         return ids
@@ -262,6 +280,7 @@ def get_picsar_bonus(
     separator: str = DEFAULT_SEPARATOR,
     normalize: str = "mean",
     batch_size: int = 8,
+    join_space: bool = False,
 ) -> PiCSARScorer:
     """The PiCSAR GRPO bonus as a picklable reward function named `picsar_bonus`.
 
@@ -270,7 +289,12 @@ def get_picsar_bonus(
     `multi_objective_aggregation: normalize_then_sum` so it cannot dominate groups where every answer is wrong.
     """
     return PiCSARScorer(
-        evaluator=evaluator, instruction=instruction, separator=separator, normalize=normalize, batch_size=batch_size
+        evaluator=evaluator,
+        instruction=instruction,
+        separator=separator,
+        normalize=normalize,
+        batch_size=batch_size,
+        join_space=join_space,
     )
 
 

@@ -5,9 +5,9 @@ raw-distribution rule (`procrl.generation.sampling`).
 The modules, by job: `runtime` (where generation runs: `EngineArguments`, device, dtype, bf16, seeds, weight
 fingerprints), `sampling` (what an engine is asked and returns: `SamplingParams`, `Rollout`, `RolloutEngine`; where
 a completion ends; whether a sampler draws from the raw distribution), `hf` (token log-probs of a transformers
-model: `generate` keeping the sampler's, teacher-forced `sequence_logps`), `transformers_engine` and `vllm_engine`
-(the two engines; `auto_engine`: what "auto" means here) and `engines` (`make_engine`, `make_engine_from`: build the
-engine a command's settings name).
+model: `generate` keeping the sampler's, teacher-forced `sequence_logps` and `sequence_self_certainty`),
+`transformers_engine` and `vllm_engine` (the two engines; `auto_engine`: what "auto" means here) and `engines`
+(`make_engine`, `make_engine_from`: build the engine a command's settings name).
 
 The names below are imported from their module on first use (PEP 562), so importing one module (a command's settings,
 the GRPO trainer's vLLM path) loads none of the others.
@@ -37,6 +37,7 @@ _EXPORTS = {
     "left_pad": "hf",
     "render_prompts": "hf",
     "sequence_logps": "hf",
+    "sequence_self_certainty": "hf",
     "TransformersEngine": "transformers_engine",
     "VLLMEngine": "vllm_engine",
     "auto_engine": "vllm_engine",

@@ -11,7 +11,8 @@ One `generate(output_logits=True, return_dict_in_generate=True)` call yields, fo
 Both come from the generation's own logits: no second forward pass of the policy. Used by the GRPO rollout
 (`procrl.trainers.rollout.ProcessRollout`), the evaluation, the judges' in-process model and the data builders.
 
-`sequence_logps` scores given sequences in batches, padding-invariant. Convention (docs/architecture.md
+`sequence_logps` scores given sequences in batches, padding-invariant; `sequence_self_certainty` reads the same
+forward's full next-token distributions (their KL from uniform, Kang et al. 2025). Convention (docs/architecture.md
 "Log-probabilities"): raw model distribution (temperature 1), natural log; the logits at position t score token t+1;
 `log_softmax` always; position ids are passed explicitly so left or right padding never changes a score (tested to
 1e-4 in fp32; the GPT-2 case, with absolute position embeddings, is the one that fails when position ids are wrong,
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Sequence
+import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -191,6 +193,58 @@ def sequence_logps(
     Raises:
         ValueError: `score_from` is out of range or the lengths of `sequences` and `score_from` differ.
     """
+    spans = _span_logits(model, sequences, score_from, pad_token_id, padding_side, batch_size)
+    return [
+        torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1).tolist()
+        for logits, targets in spans
+    ]
+
+
+@torch.no_grad()
+def sequence_self_certainty(
+    model,
+    sequences: Sequence[Sequence[int]],
+    score_from: Sequence[int],
+    *,
+    pad_token_id: int = 0,
+    padding_side: str = "left",
+    batch_size: int = 8,
+) -> list[list[float]]:
+    """Self-certainty of the model at every position that predicts one of `sequences[i][score_from[i]:]`: the KL
+    divergence from the uniform distribution U over the vocabulary to the model's next-token distribution p_t,
+
+        KL(U || p_t) = -log V - (1/V) sum_j log p_t(j)      (nats; 0 for a uniform p_t, large for a peaked one)
+
+    (Kang et al. 2025, "Scalable Best-of-N Selection for Large Language Models via Self-Certainty", arXiv
+    2502.18581: a completion's self-certainty is the mean of these over its tokens). V is the model's output
+    vocabulary (the logits' last dimension); p_t is the raw distribution (temperature 1), from the same
+    teacher-forced, padding-invariant forward as `sequence_logps` (same arguments, same batching). A vocabulary
+    entry with logit -inf makes the value +inf: the caller decides what that means.
+
+    Returns:
+        For each example, a list of `T_i - score_from[i]` values (nats, >= 0 up to float error).
+
+    Raises:
+        ValueError: as `sequence_logps`.
+    """
+    spans = _span_logits(model, sequences, score_from, pad_token_id, padding_side, batch_size)
+    return [
+        (-math.log(logits.shape[-1]) - torch.log_softmax(logits, dim=-1).mean(dim=-1)).tolist() for logits, _ in spans
+    ]
+
+
+def _span_logits(
+    model,
+    sequences: Sequence[Sequence[int]],
+    score_from: Sequence[int],
+    pad_token_id: int,
+    padding_side: str,
+    batch_size: int,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """For each example in order, `(logits, targets)` of its scored span: the float32 logits `(n_i, V)` at the
+    positions that predict `sequences[i][score_from[i]:]` and those tokens `(n_i,)` (n_i may be 0), from batched,
+    padded forwards (`sequence_logps`'s arguments). The arguments are checked before any forward pass; the caller
+    holds `torch.no_grad`."""
     if len(sequences) != len(score_from):
         raise ValueError(f"got {len(sequences)} sequences but {len(score_from)} score_from indices")
     for seq, start in zip(sequences, score_from, strict=True):
@@ -198,8 +252,11 @@ def sequence_logps(
             raise ValueError(f"score_from={start} is out of range for a sequence of {len(seq)} tokens (need >= 1)")
     if padding_side not in ("left", "right"):
         raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}")
+    return _span_logits_unchecked(model, sequences, score_from, pad_token_id, padding_side, batch_size)
+
+
+def _span_logits_unchecked(model, sequences, score_from, pad_token_id, padding_side, batch_size):
     device = next(model.parameters()).device
-    results: list[list[float]] = []
     for lo in range(0, len(sequences), batch_size):
         chunk = [list(s) for s in sequences[lo : lo + batch_size]]
         starts = list(score_from[lo : lo + batch_size])
@@ -228,16 +285,10 @@ def sequence_logps(
                 inputs["logits_to_keep"], dropped = keep, width - keep
         logits = model(**inputs).logits  # (B, T - dropped, V)
         for row, (seq, start, offset) in enumerate(zip(chunk, starts, offsets, strict=True)):
-            if start == len(seq):
-                results.append([])
-                continue
-            # logits at position p score token p + 1
-            lo, hi = offset + start - 1 - dropped, offset + len(seq) - 1 - dropped
-            scoring = logits[row, lo:hi].float()  # (n, V)
-            targets = input_ids[row, offset + start : offset + len(seq)].to(scoring.device)  # (n,)
-            logps = torch.log_softmax(scoring, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-            results.append(logps.cpu().tolist())
-    return results
+            # logits at position p score token p + 1 (an empty span when start == len(seq))
+            first, last = offset + start - 1 - dropped, offset + len(seq) - 1 - dropped
+            targets = input_ids[row, offset + start : offset + len(seq)]  # (n,)
+            yield logits[row, first:last].float(), targets.to(logits.device)
 
 
 def _accepts(model, argument: str) -> bool:

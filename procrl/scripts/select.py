@@ -4,6 +4,7 @@ with `--ks` the best-of-k curves of every selection method from the same samples
     procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --start 0 --end 100 --pum outputs/pum
     procrl select --scorer picsar,picsar_reasoning,picsar_answer --picsar-evaluator gemma3-270m --greedy --n 8
     procrl select --scorer pum,pum_min,pum_last,pum_mean --pum outputs/pum --n 16 --ks 1,2,4,8,16
+    procrl select --config configs/results/select_arith_organism.yaml --model /path/to/organism/checkpoint
     python -m procrl.scripts.select --config select.yaml --n 16      # the same; flags override the YAML's keys
 
 Samples `--n` completions per problem with the policy (the generation's own log-probs kept for PiCSAR), picks one
@@ -17,7 +18,13 @@ per scorer and reports the accuracy of the picked completions (docs/architecture
   `picsar_reasoning` / `picsar_answer`: argmax of log p(r|x) / log p(y|a,x,r) alone (one PiCSAR pass for all
   three). log p(r|x) is the sampler's log-probs; the answer term is teacher-forced by the policy itself, or by
   `--picsar-evaluator MODEL` (a name or path like `--model`: the paper's decoupled evaluator; the samples do not
-  change). Completions without an extractable answer are never picked;
+  change). `--picsar-instruction` (the instruction a; '' = the problem alone), `--picsar-separator` and
+  `--picsar-join-space` (the separator's trailing space scored with the answer) set the answer term's input, for a
+  policy whose vocabulary lacks the default's words. Completions without an extractable answer are never picked;
+- `mean_logprob`: argmax of the mean raw log-prob per completion token (the sampler's: no forward pass);
+  `self_certainty`: argmax of the mean over the completion's tokens of KL(U || p_t), the divergence of the policy's
+  next-token distribution from uniform (Kang et al. 2025, arXiv 2502.18581; one teacher-forced pass; one pass for
+  both columns). Defined for every completion with a token, with or without an answer;
 - `majority`: the most frequent extracted answer (ties: the answer that appears first); its first completion;
 - `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
 
@@ -36,8 +43,10 @@ finished shards; the greedy decodes likewise (reused across `--n`, `--temperatur
 `score_<column>`'s argmax, greedy (with `--greedy`) and pass@k (the ceiling) when each picks from k of the n
 samples: `--subsets` random k-subsets per problem for k < n (seeded by `--seed`, the SAME for every method), the
 full set at k == n; the mean over problems with a bootstrap 95% interval over problems (`--resamples`, seed
-`--seed`). Also the within-problem AUROC of each score column and of the length (`procrl.evals.bestofn`). So the
-PiCSAR paper's "PiCSAR@6 beats self-consistency@16" and the PUM paper's best-of-N comparison read off one table.
+`--seed`). Also the within-problem AUROC of each score column and of the length (`procrl.evals.bestofn`: over
+the problems with both a right and a wrong scored sample, ties 1/2, None scores left out; the mean with a bootstrap
+95% interval and the count). So the PiCSAR paper's "PiCSAR@6 beats self-consistency@16" and the PUM paper's
+best-of-N comparison read off one table.
 
 Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`): its `result` holds the
 settings (`--picsar-evaluator` included), the accuracy per scorer with a 95% Wilson interval, the summary and with
@@ -46,7 +55,8 @@ problem's candidates and picks, one line per problem) and with `--ks` `table.md`
 gold answer cannot be parsed are left out of the accuracy and counted (`unparseable_gold`). The metrics:
 `select/<scorer>/accuracy` (also `ci_low`, `ci_high`, `correct`, `total`, `abstained`; the greedy and oracle rows as
 `select/greedy/...` and `select/pass@N (oracle)/...`), `select/mean_sample_accuracy`, `select/unparseable_gold`,
-and with `--ks` `bestofn/<method>/acc@<k>` (also `ci_low@<k>`, `ci_high@<k>`), `bestofn/<score>/auroc`,
+and with `--ks` `bestofn/<method>/acc@<k>` (also `ci_low@<k>`, `ci_high@<k>`), `bestofn/<score>/auroc` (also
+`auroc_ci_low`, `auroc_ci_high`, `auroc_problems`),
 `bestofn/problems`; also to wandb with `--report-to wandb`. Prints the accuracy table (and the curves' table).
 The library: `procrl.evals.selection` (`run_select`), `procrl.evals.bestofn` (`bestofn_curves`).
 """

@@ -236,7 +236,9 @@ def test_no_greedy_row_unless_every_problem_has_one():
         ([1.0, 1.0], [True, False], 0.5),  # a tie
         ([1.0, 2.0], [True, False], 0.0),
         ([None, 2.0], [True, False], None),  # no scored correct candidate
-        ([1.0, 2.0], [False, False], None),
+        ([1.0, 2.0], [False, False], None),  # all wrong: no AUROC
+        ([1.0, 2.0, 3.0], [True, True, True], None),  # all right: no AUROC either
+        ([None, None, 2.0], [True, True, False], None),  # every correct candidate unscored
     ],
 )
 def test_one_problems_auroc_leaves_unscored_candidates_out(scores, correct, expected):
@@ -254,10 +256,29 @@ def test_score_auroc_over_problems(samples):
     assert auroc["pum"]["auroc"] == pytest.approx(0.625) and auroc["pum"]["problems"] == 2
     assert auroc["picsar"]["auroc"] == pytest.approx(0.1875) and auroc["picsar"]["problems"] == 2
     assert 0.0 <= auroc["picsar"]["ci_low"] <= 0.1875 <= auroc["picsar"]["ci_high"] <= 0.375
+    # the run record: the mean, its interval and the count of problems behind it
+    metrics = curve_metrics(bestofn_curves(samples, [4], resamples=100))
+    assert metrics["bestofn/picsar/auroc"] == pytest.approx(0.1875) and metrics["bestofn/picsar/auroc_problems"] == 2
+    assert (metrics["bestofn/picsar/auroc_ci_low"], metrics["bestofn/picsar/auroc_ci_high"]) == (
+        auroc["picsar"]["ci_low"], auroc["picsar"]["ci_high"],
+    )  # fmt: skip
     for p in samples.problems:
         p.scores["pum"] = [None] * 4
     empty = bestofn_curves(samples, [4], resamples=10)["auroc"]["pum"]
     assert empty == {"auroc": None, "problems": 0, "ci_low": None, "ci_high": None}
+
+
+def test_tied_scores_pick_the_earliest_candidate_of_each_subset():
+    # four equal scores, the 2nd and 4th right: a k-subset's pick is its lowest index. k = 2, all 6 subsets:
+    # {0,1} {0,2} {0,3} pick 0 (wrong), {1,2} {1,3} pick 1 (right), {2,3} picks 2 (wrong) -> 2/6. k = 3: {0,..}
+    # three subsets wrong, {1,2,3} right -> 1/4. k = 4: candidate 0, wrong. The AUROC: all pairs tied -> 0.5.
+    rows = {"t": [("1", False, 5, 1.0, None), ("2", True, 5, 1.0, None), ("1", False, 5, 1.0, None),
+                  ("2", True, 5, 1.0, None)]}  # fmt: skip
+    result = bestofn_curves(samples_from_problems(problems(("pum",), rows=rows), 4), [1, 2, 3, 4], subsets=64)
+    assert [at(result, "pum", k) for k in (1, 2, 3, 4)] == pytest.approx([0.5, 2 / 6, 1 / 4, 0.0])
+    assert [at(result, "longest", k) for k in (1, 2, 3, 4)] == pytest.approx([0.5, 2 / 6, 1 / 4, 0.0])  # same ties
+    assert [at(result, "pass@k", k) for k in (1, 2, 3, 4)] == pytest.approx([0.5, 5 / 6, 1.0, 1.0])
+    assert result["auroc"]["pum"]["auroc"] == pytest.approx(0.5)
 
 
 def test_table_and_plot(samples, tmp_path):

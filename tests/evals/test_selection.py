@@ -7,6 +7,7 @@ tests/scripts/test_select_beam_commands.py."""
 import math
 
 import pytest
+import torch
 
 from procrl.evals import selection_scorers
 from procrl.evals.beam_search import BeamConfig
@@ -24,9 +25,9 @@ from procrl.evals.selection import (
 )
 from procrl.evals.selection_scorers import Candidates, ScoringContext, load_evaluator, pass_of, score_candidates
 from procrl.evals.stats import MISSING
-from procrl.generation import Rollout, derive_seed
+from procrl.generation import Rollout, derive_seed, render_prompts
 from procrl.rewards.outcome import extract_answer
-from procrl.rewards.picsar import PiCSARScorer
+from procrl.rewards.picsar import DEFAULT_INSTRUCTION, DEFAULT_SEPARATOR, PiCSARScorer
 from procrl.rewards.pum import PrefixUtilityModel
 
 # ----------------------------------------------------------------------------------------------------------
@@ -115,11 +116,13 @@ def test_accuracy_table_shows_an_undefined_accuracy_as_a_dash():
 def test_scorer_registry_keeps_its_names_and_order():
     assert SCORERS == (
         "pum", "picsar", "majority", "random", "picsar_reasoning", "picsar_answer", "pum_min", "pum_last", "pum_mean",
+        "mean_logprob", "self_certainty",
     )  # fmt: skip
     passes = {s: pass_of(s) for s in SCORERS}
     assert passes == {"pum": "pum", "picsar": "picsar", "majority": None, "random": None,
                       "picsar_reasoning": "picsar", "picsar_answer": "picsar",
-                      "pum_min": "pum_steps", "pum_last": "pum_steps", "pum_mean": "pum_steps"}  # fmt: skip
+                      "pum_min": "pum_steps", "pum_last": "pum_steps", "pum_mean": "pum_steps",
+                      "mean_logprob": "certainty", "self_certainty": "certainty"}  # fmt: skip
     with pytest.raises(ValueError, match="unknown scorer 'oracle'"):
         pass_of("oracle")
 
@@ -155,6 +158,21 @@ def test_select_config_validates_the_new_scorers_and_fields():
         SelectConfig(scorer="picsar,random,picsar")
     with pytest.raises(ValueError, match="unknown scorer.*pum_max"):
         SelectConfig(scorer="pum_max")
+
+
+def test_select_config_picsar_input_settings():
+    settings = SelectConfig(scorer="random").settings()  # the defaults are PiCSARScorer's, recorded in run.json
+    assert (settings["picsar_instruction"], settings["picsar_separator"], settings["picsar_join_space"]) == (
+        DEFAULT_INSTRUCTION, DEFAULT_SEPARATOR, False,
+    )  # fmt: skip
+    organism = SelectConfig(scorer="picsar_answer", picsar_instruction="", picsar_separator="\n\nThe answer is ",
+                            picsar_join_space=True)  # fmt: skip
+    assert organism.settings()["picsar_instruction"] == ""
+    for changed, flag in (({"picsar_instruction": ""}, "--picsar-instruction"),
+                          ({"picsar_separator": "The answer is "}, "--picsar-separator"),
+                          ({"picsar_join_space": True}, "--picsar-join-space")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"{flag} only change the PiCSAR scorers; add one of picsar"):
+            SelectConfig(scorer="majority,self_certainty", **changed)
 
 
 def test_beam_config_validates_its_budgets_and_needs_a_pum():
@@ -244,6 +262,63 @@ def test_picsar_evaluator_changes_the_answer_term_only(tokenizer, tiny_llama, ti
             (expected,) = reference.answer_logps([row["prompt"]], [c.texts[p][i]], [answer])
             assert other["picsar_answer"][p][i] == pytest.approx(sum(expected), abs=1e-4)
             assert other["picsar_answer"][p][i] != pytest.approx(own["picsar_answer"][p][i], abs=1e-3)
+
+
+def test_picsar_pass_uses_the_instruction_separator_and_join_space(tokenizer, tiny_llama):
+    c = _candidates(tokenizer)
+    settings = {"picsar_instruction": "", "picsar_separator": "\nThe answer is ", "picsar_join_space": True}
+    ctx = ScoringContext(_config(scorer="picsar_answer", **settings), _setup(tokenizer, tiny_llama), c)
+    scores = score_candidates(ctx, ["picsar_answer"])[1]["picsar_answer"]
+    reference = PiCSARScorer(model=tiny_llama, tokenizer=tokenizer, instruction="", separator="\nThe answer is ",
+                             join_space=True)  # fmt: skip
+    default = score_candidates(ScoringContext(_config(scorer="picsar"), _setup(tokenizer, tiny_llama), c), ["picsar"])
+    for p, row in enumerate(ctx.setup.dataset):
+        for i, answer in enumerate(c.answers[p]):
+            if answer is None:
+                assert scores[p][i] is None
+                continue
+            (expected,) = reference.answer_logps([row["prompt"]], [c.texts[p][i]], [answer])
+            assert scores[p][i] == pytest.approx(sum(expected), abs=1e-4)
+            assert scores[p][i] != pytest.approx(default[1]["picsar_answer"][p][i], abs=1e-3)  # the settings count
+
+
+def _uniform_kl(logits) -> float:
+    """KL(U || softmax(logits)) from its definition, sum_j (1/V) log((1/V) / p_j), in float64."""
+    logp = torch.log_softmax(logits.double(), -1)
+    return float(((-math.log(logp.numel()) - logp) / logp.numel()).sum())
+
+
+def test_certainty_pass_by_hand_and_against_an_independent_forward(tokenizer, tiny_llama, monkeypatch):
+    c = _candidates(tokenizer)
+    prompt_ids = render_prompts(tokenizer, [f"Question: {q}\nAnswer:" for q in QUESTIONS])
+    ctx = ScoringContext(_config(scorer="self_certainty,mean_logprob"), _setup(tokenizer, tiny_llama, None,
+                                                                                prompt_ids), c)  # fmt: skip
+    calls = []
+    real = selection_scorers.sequence_self_certainty
+    monkeypatch.setattr(selection_scorers, "sequence_self_certainty", lambda *a, **k: calls.append(1) or real(*a, **k))
+    picks, scores = score_candidates(ctx, ctx.config.scorers)
+    assert list(scores) == ["mean_logprob", "self_certainty"] and len(calls) == len(QUESTIONS)  # one pass, both
+    for p, prompt in enumerate(prompt_ids):
+        for i, ids in enumerate(c.ids[p]):
+            if not ids:  # the empty completion: no token to average over
+                assert scores["mean_logprob"][p][i] is None and scores["self_certainty"][p][i] is None
+                continue
+            # the hand-made log-probs -(k + 1) / 10, k < L, average to -(L + 1) / 20
+            assert scores["mean_logprob"][p][i] == pytest.approx(-(len(ids) + 1) / 20, abs=1e-12)
+            with torch.no_grad():  # prompt + completion alone, unpadded; positions len(prompt) - 1 ... predict ids
+                logits = tiny_llama(torch.tensor([prompt + ids])).logits[0]
+            want = [_uniform_kl(logits[t]) for t in range(len(prompt) - 1, len(prompt) + len(ids) - 1)]
+            assert scores["self_certainty"][p][i] == pytest.approx(sum(want) / len(want), abs=1e-4)
+        for scorer in picks:
+            assert picks[scorer][p] == select_argmax(scores[scorer][p])
+    # defined without an answer too ("I am not sure."), unlike PiCSAR
+    assert c.answers[0][1] is None and scores["self_certainty"][0][1] is not None
+
+
+def test_mean_is_none_without_values_or_when_not_finite():
+    assert selection_scorers._mean([-1.0, -2.0]) == pytest.approx(-1.5)
+    assert selection_scorers._mean([]) is None
+    assert selection_scorers._mean([-math.inf, -1.0]) is None and selection_scorers._mean([math.inf]) is None
 
 
 def test_pum_step_pass_aggregates_one_score_steps_pass(tokenizer, tiny_pum_factory, monkeypatch):

@@ -6,8 +6,15 @@ import pickle
 import pytest
 import torch
 
+from procrl.data_builders.arithmetic_tokenizer import arithmetic_tokenizer
 from procrl.generation import render_prompts
-from procrl.rewards.picsar import PiCSARScore, PiCSARScorer, get_picsar_bonus, select_best_of_n
+from procrl.rewards.picsar import (
+    DEFAULT_INSTRUCTION,
+    PiCSARScore,
+    PiCSARScorer,
+    get_picsar_bonus,
+    select_best_of_n,
+)
 
 
 def _manual_logps(model, ids, start):
@@ -113,3 +120,78 @@ def test_wrong_length_completion_logps_raises(scorer):
             completions=["The answer is 1"] * 2,
             completion_logps=[[-1.0]],
         )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The answer term's instruction and separator (`procrl select --picsar-instruction/--picsar-separator`)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_an_empty_instruction_renders_the_problem_alone(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    scorer = PiCSARScorer(model=tiny_llama, tokenizer=tok, instruction="")
+    context = scorer._context_ids(tok, "What is 6 x 7?", "6 x 7 = 42.")
+    head = tok.apply_chat_template([{"role": "user", "content": "What is 6 x 7?"}], add_generation_prompt=True,
+                                   tokenize=False)  # fmt: skip
+    assert tok.decode(context) == head + "6 x 7 = 42.<sep>\nFinal answer: "  # no instruction, no blank line
+    default = PiCSARScorer(model=tiny_llama, tokenizer=tok)._context_ids(tok, "What is 6 x 7?", "6 x 7 = 42.")
+    assert "When you see a reasoning followed by <sep>, output the final answer.\n\nWhat is 6 x 7?" in tok.decode(
+        default
+    )
+
+
+def test_join_space_scores_the_separators_trailing_space_with_the_answer(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    joined = PiCSARScorer(model=tiny_llama, tokenizer=tok, separator="\nThe answer is ", join_space=True)
+    (got,) = joined.answer_logps(["What is 6 x 7?"], ["6 x 7 = 42."], ["42"])
+    context = joined._context_ids(tok, "What is 6 x 7?", "6 x 7 = 42.", "\nThe answer is")
+    answer_ids = tok(" 42", add_special_tokens=False)["input_ids"]  # the moved space is scored with the answer
+    assert tok.decode(context).endswith("6 x 7 = 42.\nThe answer is") and len(got) == len(answer_ids)
+    assert got == pytest.approx(_manual_logps(tiny_llama, context + answer_ids, len(context)), abs=1e-4)
+    # without it: the separator keeps its space and exactly "42"'s own tokens are scored
+    apart = PiCSARScorer(model=tiny_llama, tokenizer=tok, separator="\nThe answer is ")
+    (got,) = apart.answer_logps(["What is 6 x 7?"], ["6 x 7 = 42."], ["42"])
+    context = apart._context_ids(tok, "What is 6 x 7?", "6 x 7 = 42.")
+    assert tok.decode(context).endswith("6 x 7 = 42.\nThe answer is ")
+    assert len(got) == len(tok("42", add_special_tokens=False)["input_ids"])
+    # a separator without trailing whitespace: join_space changes nothing
+    plain = [PiCSARScorer(model=tiny_llama, tokenizer=tok, separator=":", join_space=j) for j in (True, False)]
+    one, two = (s.answer_logps(["q"], ["r"], ["42"])[0] for s in plain)
+    assert one == pytest.approx(two, abs=1e-6)
+
+
+def test_the_organisms_settings_score_its_own_answer_tokens(tiny_llama_factory):
+    # the arith word-level tokenizer (the SFT organism's): the default instruction is mostly unknown words, the
+    # organism's settings are all known tokens, and the answer is scored as the organism writes it (" 1", "1")
+    tok = arithmetic_tokenizer()
+    words = tok(DEFAULT_INSTRUCTION, add_special_tokens=False)["input_ids"]
+    assert words.count(tok.unk_token_id) >= 5  # "When you see a reasoning followed by <sep>, ..."
+    model = tiny_llama_factory(len(tok), seed=3)
+    scorer = PiCSARScorer(model=model, tokenizer=tok, instruction="", separator="\n\nThe answer is ", join_space=True)
+    question = (
+        "Zara owns 3 marbles. Later, Zara receives 8 more marbles as a gift. How many marbles does Zara have now?"
+    )
+    trace = "3 + 8 = 11.\n\nThe answer is 11."  # an arith-ops2-d1 problem and its gold trace
+    context = scorer._context_ids(tok, question, trace, "\n\nThe answer is")
+    answer_ids = tok(" 11", add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(answer_ids) == [" 1", "1"]
+    assert tok.unk_token_id not in context + answer_ids
+    assert tok.decode(context) == (
+        f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{trace}\n\nThe answer is"
+    )
+    (got,) = scorer.answer_logps([question], [trace], ["11"])
+    assert got == pytest.approx(_manual_logps(model, context + answer_ids, len(context)), abs=1e-4)
+    # the same text without join_space: a lone " " token, then "1" (no space), which the organism never writes
+    apart = PiCSARScorer(model=model, tokenizer=tok, instruction="", separator="\n\nThe answer is ")
+    assert tok.convert_ids_to_tokens(apart._context_ids(tok, question, trace)[-1:]) == [" "]
+    assert len(apart.answer_logps([question], [trace], ["11"])[0]) == 2  # "1", "1"
+    # through score(): the same answer term, None without an answer
+    ids = tok(trace, add_special_tokens=False)["input_ids"]
+    prompt = [{"role": "user", "content": question}]
+    scores = scorer.score([prompt, prompt], [trace, "3 + 8"], completion_logps=[[-0.1] * len(ids), [-0.1]])
+    assert scores[1] is None and list(scores[0].answer_logps) == pytest.approx(got, abs=1e-6)
+
+
+def test_get_picsar_bonus_passes_join_space():
+    assert get_picsar_bonus(separator="x ", join_space=True).join_space is True
+    assert get_picsar_bonus().join_space is False

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +25,7 @@ def read_run(directory) -> tuple[dict, list[dict]]:
     record = json.loads((directory / "run.json").read_text())
     rows = [json.loads(line) for line in open(record["files"]["problems"])]
     return record, rows
+
 
 # ----------------------------------------------------------------------------------------------------------
 # End to end on tiny models
@@ -88,6 +90,29 @@ def test_select_end_to_end(tiny_dirs, capsys):
     printed = capsys.readouterr().out
     assert "pum" in printed and "majority" in printed and "greedy" in printed and "accuracy" in printed
     assert f"run: {out / 'run.json'}" in printed and f"problems: {out / 'problems.jsonl'}" in printed
+
+
+def test_select_certainty_scorers_and_picsar_input_end_to_end(tiny_dirs):
+    policy, _, root = tiny_dirs
+    out = root / "certainty"
+    argv = [*COMMON, "--model", str(policy), "--n", "2", "--max-new-tokens", "4", "--output-dir", str(out), "--ks",
+            "1,2", "--resamples", "20", "--scorer", "self_certainty,mean_logprob,picsar_answer",
+            "--picsar-instruction", "", "--picsar-separator", "\nThe answer is ", "--picsar-join-space"]  # fmt: skip
+    assert main_select(argv) == 0
+    record, problems = read_run(out)
+    settings = record["result"]["settings"]
+    assert (settings["picsar_instruction"], settings["picsar_separator"], settings["picsar_join_space"]) == (
+        "", "\nThe answer is ", True,
+    )  # fmt: skip
+    for problem in problems:
+        for c in problem["candidates"]:  # both columns of the one certainty pass, defined for every non-empty sample
+            assert c["num_tokens"] >= 1 and math.isfinite(c["score_mean_logprob"]) and c["score_mean_logprob"] <= 0
+            assert math.isfinite(c["score_self_certainty"]) and c["score_self_certainty"] > -1e-5
+        for scorer in ("self_certainty", "mean_logprob"):
+            assert problem["picks"][scorer] == select_argmax([c[f"score_{scorer}"] for c in problem["candidates"]])
+    methods = record["result"]["bestofn"]["methods"]
+    assert {"self_certainty", "mean_logprob", "picsar_answer", "pass@k"} <= set(methods)
+    assert set(record["result"]["bestofn"]["auroc"]) >= {"self_certainty", "mean_logprob", "picsar_answer"}
 
 
 def test_select_rerun_reads_its_samples_and_other_settings_sample_again(tiny_dirs, monkeypatch):
@@ -180,6 +205,24 @@ def test_select_ks_writes_the_curves_into_run_json_table_and_figure(tmp_path, mo
     assert "| pum | " in table and "| 100.0 [100.0, 100.0] |" in table
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
     assert table.strip() in capsys.readouterr().out  # printed after the accuracy table
+
+
+def test_the_organism_config_parses_with_its_picsar_input():
+    """configs/results/select_arith_organism.yaml (procrl issue 28 §1): the model comes on the command line."""
+    path = Path(__file__).resolve().parents[2] / "configs" / "results" / "select_arith_organism.yaml"
+    (config,) = make_select_parser().parse_args_and_config(["--config", str(path), "--model", "/ckpt"])[:1]
+    assert (config.model, config.dataset, config.end, config.prompt_template) == (
+        "/ckpt", "arith-ops4-d1-test-n400", -1, "{question}",
+    )  # fmt: skip
+    assert (config.n, config.temperature, config.max_new_tokens, config.generation_backend, config.greedy) == (
+        16, 0.7, 64, "transformers", True,
+    )  # fmt: skip
+    assert config.k_list == [1, 2, 4, 6, 8, 16]
+    assert config.scorers == ["picsar", "picsar_reasoning", "picsar_answer", "mean_logprob", "self_certainty",
+                              "majority", "random"]  # fmt: skip
+    assert (config.picsar_instruction, config.picsar_separator, config.picsar_join_space) == (
+        "", "\n\nThe answer is ", True,
+    )  # fmt: skip
 
 
 def test_select_ks_must_fit_n():
