@@ -21,6 +21,11 @@ methods are paired; every k-subset once when there are no more than `subsets`); 
 curve point is the mean over problems with a percentile bootstrap 95% interval over problems
 (`procrl.evals.stats.bootstrap_mean_interval`).
 
+`contrasts`: paired differences between two methods' curve points, e.g. PiCSAR at k = 6 against majority at
+k = 16 ("picsar@6-majority@16", `parse_contrasts`): per problem the first method's expected accuracy minus the
+second's, their mean with a percentile bootstrap 95% interval over problems (the methods pick from the same samples,
+so the problems pair them).
+
 `score_auroc`: the within-problem AUROC (`procrl.evals.stats.auroc`) of each score column and of `num_tokens` (the
 PUM paper's ranking robustness): P(s_correct > s_incorrect) + 0.5 P(tie) over the (correct, incorrect) pairs of
 scored candidates. A candidate whose score is None is left out of its problem's pairs (for a PiCSAR column: no
@@ -38,6 +43,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +71,7 @@ __all__ = [
     "bestofn_table",
     "curve_metrics",
     "draw_subsets",
+    "parse_contrasts",
     "parse_ks",
     "pick_argmax",
     "pick_majority",
@@ -256,6 +263,45 @@ def draw_subsets(problem_id: str, n: int, k: int, subsets: int, seed: int) -> li
     return [tuple(sorted(rng.sample(range(n), k))) for _ in range(subsets)]
 
 
+def parse_contrasts(text: str) -> list[tuple[str, int, str, int]]:
+    """Comma-separated `a@ka-b@kb` (method a at k = ka minus method b at k = kb) as tuples.
+
+    Raises:
+        ValueError: an entry not of that form or a k that is not a positive integer.
+
+    >>> parse_contrasts("picsar@6-majority@16, pass@k@4-random@4")
+    [('picsar', 6, 'majority', 16), ('pass@k', 4, 'random', 4)]
+    """
+    out = []
+    for entry in (e.strip() for e in text.split(",") if e.strip()):
+        match = re.fullmatch(r"(.+)@(\d+)-(.+)@(\d+)", entry)
+        if not match or int(match[2]) < 1 or int(match[4]) < 1:
+            raise ValueError(f"contrast {entry!r}: write METHOD@K-METHOD@K, e.g. picsar@6-majority@16")
+        out.append((match[1], int(match[2]), match[3], int(match[4])))
+    return out
+
+
+def _contrast(per_problem: dict, contrast: tuple[str, int, str, int], *, resamples: int, seed: int) -> dict:
+    a, ka, b, kb = contrast
+    for method, k in ((a, ka), (b, kb)):
+        if method not in per_problem or str(k) not in per_problem[method]:
+            raise ValueError(
+                f"contrast {a}@{ka}-{b}@{kb}: no curve point {method}@{k} (methods: {', '.join(per_problem)}; the "
+                "k must be one of --ks)"
+            )
+    diffs = [x - y for x, y in zip(per_problem[a][str(ka)], per_problem[b][str(kb)], strict=True)]
+    low, high = bootstrap_mean_interval(diffs, resamples=resamples, seed=seed) if diffs else (None, None)
+    return {
+        "name": f"{a}@{ka}-{b}@{kb}",
+        "problems": len(diffs),
+        "first": ratio(sum(per_problem[a][str(ka)]), len(diffs)),
+        "second": ratio(sum(per_problem[b][str(kb)]), len(diffs)),
+        "diff": ratio(sum(diffs), len(diffs)),
+        "ci_low": low,
+        "ci_high": high,
+    }
+
+
 def bestofn_curves(
     samples: Samples,
     ks: Sequence[int],
@@ -263,6 +309,7 @@ def bestofn_curves(
     subsets: int = 64,
     seed: int = 0,
     resamples: int = BOOTSTRAP_RESAMPLES,
+    contrasts: Sequence[tuple[str, int, str, int]] = (),
 ) -> dict:
     """Accuracy of every method at every k, and the score columns' within-problem AUROC (a json-safe dict).
 
@@ -271,16 +318,17 @@ def bestofn_curves(
         ks: subset sizes (each in [1, n]; sorted, duplicates dropped).
         subsets: random k-subsets per problem and k < n; seed: their seed and the bootstrap's;
         resamples: bootstrap draws of the intervals.
+        contrasts: `parse_contrasts` tuples: paired differences of two curve points (module docstring).
 
     Returns:
         {"settings": {ks, subsets, seed, resamples, n}, "problems": count, "unparseable_gold": count,
         "problem_ids": [...], "methods": [row names in table order], "curves": {method: [{"k", "accuracy",
         "ci_low", "ci_high"}]} (fractions in [0, 1]; all three None without problems: undefined, not 0),
         "per_problem": {method: {str(k): [each problem's expected accuracy]}} (for paired comparisons), "auroc":
-        `score_auroc`'s dict}.
+        `score_auroc`'s dict, "contrasts": [{"name", "problems", "first", "second", "diff", "ci_low", "ci_high"}]}.
 
     Raises:
-        ValueError: no ks, a k outside [1, n], subsets < 1.
+        ValueError: no ks, a k outside [1, n], subsets < 1, a contrast naming a method or k without a curve point.
     """
     ks = sorted(set(int(k) for k in ks))
     if not ks:
@@ -317,6 +365,7 @@ def bestofn_curves(
         "curves": curves,
         "per_problem": per_problem,
         "auroc": score_auroc(samples, resamples=resamples, seed=seed),
+        "contrasts": [_contrast(per_problem, c, resamples=resamples, seed=seed) for c in contrasts],
     }
 
 
@@ -387,10 +436,33 @@ def bestofn_table(result: dict) -> str:
                 "problems with both kinds of scored sample (`longest`: the score is num_tokens).",
                 "",
                 markdown_table(["score", "AUROC", "95% interval", "problems"], aurocs),
+                *_contrast_lines(result.get("contrasts") or []),
             ]
         )
         + "\n"
     )
+
+
+def _contrast_lines(contrasts: Sequence[dict]) -> list[str]:
+    if not contrasts:
+        return []
+    rows = [
+        [
+            c["name"],
+            format_estimate(c["first"], None, ".1f", 100),
+            format_estimate(c["second"], None, ".1f", 100),
+            format_estimate(c["diff"], (c["ci_low"], c["ci_high"]), "+.1f", 100),
+            c["problems"],
+        ]
+        for c in contrasts
+    ]
+    return [
+        "",
+        "Paired contrasts (first − second, points; per problem, then the mean with a 95% bootstrap interval over "
+        "problems):",
+        "",
+        markdown_table(["contrast", "first (%)", "second (%)", "difference", "problems"], rows),
+    ]
 
 
 def plot_bestofn(result: dict, path: str | Path) -> Path:
@@ -445,6 +517,10 @@ def curve_metrics(result: dict) -> dict[str, float]:
             metrics[f"bestofn/{name}/auroc_ci_low"] = a["ci_low"]
             metrics[f"bestofn/{name}/auroc_ci_high"] = a["ci_high"]
             metrics[f"bestofn/{name}/auroc_problems"] = a["problems"]
+    for c in result.get("contrasts") or []:
+        metrics[f"bestofn/contrast/{c['name']}"] = c["diff"]
+        metrics[f"bestofn/contrast/{c['name']}/ci_low"] = c["ci_low"]
+        metrics[f"bestofn/contrast/{c['name']}/ci_high"] = c["ci_high"]
     metrics["bestofn/problems"] = result["problems"]
     metrics["bestofn/unparseable_gold"] = result["unparseable_gold"]
     return {key: value for key, value in metrics.items() if value is not None}  # undefined values left out

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_rollouts
-from procrl.evals.bestofn import parse_ks
+from procrl.evals.bestofn import parse_contrasts, parse_ks
 from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params
 from procrl.evals.selection_scorers import (
     SCORERS,
@@ -130,6 +130,13 @@ class SelectConfig(OfflineConfig):
             "each <= --n, e.g. 1,2,4,8): table.md, curves.png and the bestofn/* metrics; empty: no curves"
         },
     )
+    contrasts: str = field(
+        default="",
+        metadata={
+            "help": "paired differences of best-of-k curve points, METHOD@K-METHOD@K comma-separated (e.g. "
+            "picsar@6-majority@16: PiCSAR on 6 samples against self-consistency on 16); each k one of --ks"
+        },
+    )
     subsets: int = field(
         default=64, metadata={"help": "random k-subsets per problem for each k < n of --ks (the same for every method)"}
     )
@@ -166,6 +173,13 @@ class SelectConfig(OfflineConfig):
             if self.k_list and self.k_list[-1] > self.n:
                 small = ",".join(str(k) for k in self.k_list if k <= self.n) or "1"
                 problems.append(f"--ks {self.ks}: k = {self.k_list[-1]} > --n {self.n} samples (e.g. --ks {small})")
+        except ValueError as error:
+            problems.append(str(error))
+        try:
+            for a, ka, b, kb in parse_contrasts(self.contrasts):
+                missing = [k for k in (ka, kb) if k not in self.k_list]
+                if missing:
+                    problems.append(f"--contrasts {a}@{ka}-{b}@{kb}: k = {missing[0]} is not one of --ks {self.ks!r}")
         except ValueError as error:
             problems.append(str(error))
         if self.subsets < 1 or self.resamples < 1:

@@ -67,7 +67,14 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.evals.bestofn import bestofn_curves, bestofn_table, curve_metrics, plot_bestofn, samples_from_problems
+from procrl.evals.bestofn import (
+    bestofn_curves,
+    bestofn_table,
+    curve_metrics,
+    parse_contrasts,
+    plot_bestofn,
+    samples_from_problems,
+)
 from procrl.evals.offline import format_accuracy_table
 from procrl.evals.selection import SelectConfig, run_select
 from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
@@ -100,7 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         if config.k_list:
             samples = samples_from_problems(problems, config.n)
             result["bestofn"] = bestofn_curves(
-                samples, config.k_list, subsets=config.subsets, seed=config.seed, resamples=config.resamples
+                samples,
+                config.k_list,
+                subsets=config.subsets,
+                seed=config.seed,
+                resamples=config.resamples,
+                contrasts=parse_contrasts(config.contrasts),
             )
             table = bestofn_table(result["bestofn"])
             (output_dir / TABLE_FILE).write_text(table)

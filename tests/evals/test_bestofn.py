@@ -311,3 +311,34 @@ def test_no_problem_gives_undefined_points_not_zero(tmp_path):
     assert plot_bestofn(result, tmp_path / "empty.png").read_bytes()[:4] == b"\x89PNG"  # nothing drawn, no crash
     # the run record keeps the counts and leaves the undefined values out
     assert curve_metrics(result) == {"bestofn/problems": 0, "bestofn/unparseable_gold": 2}
+
+
+def test_paired_contrasts_by_hand(samples):
+    """Per problem (a, b, c) at k = 4 (the full set, once): longest [1, 1, 0] and majority [0, 1, 0] (the by-hand
+    values above), so longest@4 - majority@4 = [1, 0, 0]: mean 1/3, and every bootstrap mean lies in [0, 1]."""
+    from procrl.evals.bestofn import parse_contrasts
+    from procrl.evals.stats import bootstrap_mean_interval
+
+    result = bestofn_curves(samples, [2, 4], subsets=8, resamples=200, contrasts=parse_contrasts("longest@4-majority@4"))
+    (contrast,) = result["contrasts"]
+    assert contrast["name"] == "longest@4-majority@4" and contrast["problems"] == 3
+    assert (contrast["first"], contrast["second"], contrast["diff"]) == pytest.approx((2 / 3, 1 / 3, 1 / 3))
+    expected = bootstrap_mean_interval([1.0, 0.0, 0.0], resamples=200, seed=0)
+    assert (contrast["ci_low"], contrast["ci_high"]) == pytest.approx(expected)
+    assert curve_metrics(result)["bestofn/contrast/longest@4-majority@4"] == pytest.approx(1 / 3)
+    assert "| longest@4-majority@4 | 66.7 | 33.3 | +33.3 [" in bestofn_table(result)
+    # across ks: pick at k = 2 (expected over subsets) against the full set
+    cross = bestofn_curves(samples, [2, 4], subsets=8, contrasts=[("random", 2, "random", 4)])["contrasts"][0]
+    assert cross["diff"] == pytest.approx(0.0)  # random's expected accuracy does not depend on k
+    with pytest.raises(ValueError, match="no curve point picsar@3"):
+        bestofn_curves(samples, [2, 4], contrasts=[("picsar", 3, "majority", 4)])
+    with pytest.raises(ValueError, match="no curve point nope@2"):
+        bestofn_curves(samples, [2, 4], contrasts=[("nope", 2, "majority", 4)])
+
+
+@pytest.mark.parametrize("text", ["picsar@6", "picsar@0-majority@16", "picsar-majority", "a@x-b@2"])
+def test_parse_contrasts_refuses_malformed_entries(text):
+    from procrl.evals.bestofn import parse_contrasts
+
+    with pytest.raises(ValueError, match="write METHOD@K-METHOD@K"):
+        parse_contrasts(text)

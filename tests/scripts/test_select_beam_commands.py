@@ -218,6 +218,7 @@ def test_the_organism_config_parses_with_its_picsar_input():
         16, 0.7, 64, "transformers", True,
     )  # fmt: skip
     assert config.k_list == [1, 2, 4, 6, 8, 16]
+    assert config.contrasts.startswith("picsar@6-majority@16,")
     assert config.scorers == ["picsar", "picsar_reasoning", "picsar_answer", "mean_logprob", "self_certainty",
                               "majority", "random"]  # fmt: skip
     assert (config.picsar_instruction, config.picsar_separator, config.picsar_join_space) == (
@@ -232,6 +233,10 @@ def test_select_ks_must_fit_n():
                         ("0", "every k must be >= 1")):  # fmt: skip
         with pytest.raises(ValueError, match=re.escape(message)):
             SelectConfig(scorer="random", n=8, ks=ks)
+    with pytest.raises(ValueError, match=re.escape("--contrasts picsar@6-majority@16: k = 16 is not one of --ks '6'")):
+        SelectConfig(scorer="picsar,majority", n=16, ks="6", contrasts="picsar@6-majority@16")
+    with pytest.raises(ValueError, match="write METHOD@K-METHOD@K"):
+        SelectConfig(scorer="majority", n=16, ks="6", contrasts="majority")
     with pytest.raises(ValueError, match="--subsets"):
         SelectConfig(scorer="random", subsets=0)
 
