@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PROCRL=${PROCRL:-.venv/bin/procrl}
 [ -x "$PROCRL" ] || PROCRL=procrl
+source launch/lib.sh
 OUT=outputs/calib
 POLICIES=${POLICIES:-"organism organism_300 organism_corrupted smollm2 gemma smollm2_sft smollm2_sft_corrupted smollm2_sft_20"}
 N=${N:-64}                                # problems per level (the test split) for the organisms
@@ -15,13 +16,6 @@ N_LM=${N_LM:-32}                          # ... for the 135M/270M models (vLLM o
 D1="arith-ops2-d1-test arith-ops3-d1-test arith-ops4-d1-test arith-ops5-d1-test arith-ops6-d1-test"  # ops1-d1 has ~10 test problems
 D2=${D2:-"arith-ops1-d2-test arith-ops2-d2-test arith-ops3-d2-test"}  # 135M/270M ladder: 3 levels fit 2 cores
 D2_SFT=${D2_SFT:-"arith-ops2-d2-test arith-ops3-d2-test arith-ops4-d2-test"}  # warm-started 135M: one step harder
-
-checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
-  $PROCRL sft --config "$1" >&2
-  local out
-  out=$(.venv/bin/python -c "import sys; from procrl.scripts.sft import make_parser; print(make_parser().parse_args_and_config(['--config', sys.argv[1]])[1].output_dir)" "$1")
-  .venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
-}
 
 calibrate() {  # calibrate LABEL MODEL TEMPLATE BACKEND N LEVELS...
   local label=$1 model=$2 template=$3 backend=$4 n=$5; shift 5
@@ -31,14 +25,14 @@ calibrate() {  # calibrate LABEL MODEL TEMPLATE BACKEND N LEVELS...
 
 for policy in $POLICIES; do
   case $policy in
-    organism) calibrate organism "$(checkpoint configs/demo/sft_organism.yaml)" "{question}" transformers "$N" $D1 ;;
-    organism_300) calibrate organism_300 "$(checkpoint configs/sft/organism_clean_short.yaml)" "{question}" transformers "$N" $D1 ;;
-    organism_corrupted) calibrate organism_corrupted "$(checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers "$N" $D1 ;;
+    organism) calibrate organism "$(sft_checkpoint configs/demo/sft_organism.yaml)" "{question}" transformers "$N" $D1 ;;
+    organism_300) calibrate organism_300 "$(sft_checkpoint configs/sft/organism_clean_short.yaml)" "{question}" transformers "$N" $D1 ;;
+    organism_corrupted) calibrate organism_corrupted "$(sft_checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers "$N" $D1 ;;
     smollm2) calibrate smollm2 default one_shot vllm "$N_LM" $D2 ;;
     gemma) calibrate gemma gemma3-270m one_shot vllm "$N_LM" $D2 ;;
-    smollm2_sft) calibrate smollm2_sft "$(checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
-    smollm2_sft_corrupted) calibrate smollm2_sft_corrupted "$(checkpoint configs/sft/smollm2_corrupted.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
-    smollm2_sft_20) calibrate smollm2_sft_20 "$(checkpoint configs/sft/smollm2_clean_short.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
+    smollm2_sft) calibrate smollm2_sft "$(sft_checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
+    smollm2_sft_corrupted) calibrate smollm2_sft_corrupted "$(sft_checkpoint configs/sft/smollm2_corrupted.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
+    smollm2_sft_20) calibrate smollm2_sft_20 "$(sft_checkpoint configs/sft/smollm2_clean_short.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
     *) echo "unknown policy $policy" >&2; exit 2 ;;
   esac
 done

@@ -5,6 +5,10 @@
 #   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs compare
 #   launch/results.sh stepgap   # StepGap decomposability: procrl stepgap-eval --llm-only on the shipped 2Wiki steps
 #   launch/results.sh all       # the three, in this order (frs needs bestofn's samples)
+# Issue 28's re-runs where the signal exists (the arith organism at its edge level; docs/results/README.md, top):
+#   launch/results.sh picsar_arith  # §1: procrl select on both organisms (16 samples x 400 problems) + decoupled
+#   launch/results.sh frs_arith     # §4: procrl frs --judge oracle on the clean and corrupted organisms + compare
+#   launch/results.sh arith         # the issue 28 sections above, in this order
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
 # What docs/results/README.md publishes is the default: SmolLM2 as the policy. The issue's second policy and the
 # decoupled evaluator are one variable away (not run here: too slow for 2 CPU cores, see the page):
@@ -14,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PROCRL=${PROCRL:-.venv/bin/procrl}
 [ -x "$PROCRL" ] || PROCRL=procrl
+source launch/lib.sh
 OUT=outputs/results
 DOCS=docs/results
 POLICIES=${POLICIES:-"smollm2=default"}   # name=model (procrl's model names), space-separated
@@ -81,8 +86,48 @@ stepgap() {
   keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,run.json}
 }
 
+ORGANISMS="clean=configs/demo/sft_organism.yaml corrupted=configs/sft/organism_corrupted.yaml"
+
+picsar_arith() {
+  local sel=$OUT/select_arith
+  declare -A ckpt
+  for entry in $ORGANISMS; do ckpt[${entry%%=*}]=$(sft_checkpoint "${entry#*=}"); done
+  for name in clean corrupted; do
+    OMP_NUM_THREADS=1 $PROCRL select --config configs/results/select_arith_organism.yaml --model "${ckpt[$name]}" \
+      --output-dir "$sel/organism_$name"
+    keep picsar_arith/organism_$name "$sel/organism_$name"/{table.md,curves.png,run.json}
+  done
+  # the decoupled evaluator: each organism's samples (a copy of its sample store: nothing resampled), the answer
+  # term teacher-forced by the other organism
+  for pair in clean:corrupted corrupted:clean; do
+    local policy=${pair%%:*} evaluator=${pair#*:} dir=$sel/organism_${pair%%:*}_answer_by_${pair#*:}
+    mkdir -p "$dir" && cp -r "$sel/organism_$policy/cache" "$dir/"
+    OMP_NUM_THREADS=1 $PROCRL select --config configs/results/select_arith_organism.yaml --model "${ckpt[$policy]}" \
+      --greedy false --scorer picsar,picsar_reasoning,picsar_answer,majority --picsar-evaluator "${ckpt[$evaluator]}" \
+      --contrasts picsar@6-majority@16 --output-dir "$dir"
+    keep "picsar_arith/$(basename "$dir")" "$dir"/{table.md,curves.png,run.json}
+  done
+}
+
+frs_arith() {
+  local frs=$OUT/frs_arith runs=()
+  for entry in $ORGANISMS; do
+    name=${entry%%=*}
+    OMP_NUM_THREADS=1 $PROCRL frs --model "$(sft_checkpoint "${entry#*=}")" --dataset arith-ops4-d1-test-n400 --start 0 \
+      --end -1 --frs_traces 16 --judge oracle --frs_k_values 10 20 30 40 50 --generation_backend transformers \
+      --max_new_tokens 64 --temperature 0.7 --prompt_template "{question}" --no_progress \
+      --output_dir "$frs/organism_${name}_judge_oracle"
+    runs+=("$frs/organism_${name}_judge_oracle")
+  done
+  for k in 10 50; do
+    $PROCRL frs compare "${runs[@]}" --k $k --output_dir "$frs/compare_k$k"
+    keep frs_arith/judge_oracle_k$k "$frs/compare_k$k"/{table.md,frs_compare.png,run.json}
+  done
+}
+
 case "${1:-}" in
-  bestofn|frs|stepgap) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all" >&2; exit 2 ;;
+  arith) picsar_arith; frs_arith ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|arith" >&2; exit 2 ;;
 esac
