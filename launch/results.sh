@@ -5,6 +5,9 @@
 #   launch/results.sh frs       # FRS on the same samples (procrl frs --traces-from), then procrl frs compare
 #   launch/results.sh stepgap   # StepGap decomposability: procrl stepgap-eval --llm-only on the shipped 2Wiki steps
 #   launch/results.sh all       # the three, in this order (frs needs bestofn's samples)
+#   launch/results.sh grpo      # issue 28 §3: GRPO arms on the arith organism x seeds 0-2 (configs/sweeps/
+#                               # process_rewards_organism{,_pum}.yaml; resumable), then the paired report
+#                               # (PUM_MODEL=<organism PUM> adds the PUM arms; not part of `all`: ~30 min per sweep)
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
 # What docs/results/README.md publishes is the default: SmolLM2 as the policy. The issue's second policy and the
 # decoupled evaluator are one variable away (not run here: too slow for 2 CPU cores, see the page):
@@ -19,6 +22,7 @@ DOCS=docs/results
 POLICIES=${POLICIES:-"smollm2=default"}   # name=model (procrl's model names), space-separated
 DECOUPLED=${DECOUPLED:-0}                 # 1: also PiCSAR with the other model as the answer evaluator
 FRS_JUDGES=${FRS_JUDGES:-local}           # judges of the SVAMP FRS runs (GSM8K: always both embedded judges)
+PUM_MODEL=${PUM_MODEL:-outputs/pum_organism}  # grpo: a PUM trained on the organism; the PUM arms run when it exists
 
 other_of() { if [ "$1" = default ]; then echo gemma3-270m; else echo default; fi; }
 name_of() { if [ "$1" = default ]; then echo smollm2; else echo "$1"; fi; }
@@ -76,13 +80,39 @@ frs() {
   done
 }
 
+checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
+  $PROCRL sft --config "$1" >&2
+  local out
+  out=$(.venv/bin/python -c "import sys; from procrl.scripts.sft import make_parser; print(make_parser().parse_args_and_config(['--config', sys.argv[1]])[1].output_dir)" "$1")
+  .venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
+}
+
+grpo() {  # the organism's SFT checkpoint comes from the cache, as a fixed sweep parameter (procrl sweep --set)
+  local organism status=0 placebo=oracle_shuffled sweeps=(outputs/sweeps/process_rewards_organism)
+  organism=$(checkpoint configs/demo/sft_organism.yaml)
+  launch/sweep.sh configs/sweeps/process_rewards_organism.yaml --set "model_name_or_path=$organism" || status=$?
+  if [ -e "$PUM_MODEL" ]; then
+    launch/sweep.sh configs/sweeps/process_rewards_organism_pum.yaml \
+      --set "model_name_or_path=$organism" "pum_model=$PUM_MODEL" || status=$?
+    sweeps+=(outputs/sweeps/process_rewards_organism_pum)
+    placebo="$placebo,pum_anchored=pum_shuffled,pum_mixed=pum_shuffled,pum_process=pum_shuffled"
+  else
+    echo "grpo: no organism PUM at $PUM_MODEL (set PUM_MODEL): the PUM arms are left out" >&2
+  fi
+  # a failed variant is recorded and left out of the means; the report still runs, the exit status says it
+  $PROCRL report "${sweeps[@]}" --reference outcome --placebo "$placebo" --output-dir $OUT/process_rewards_organism \
+    --title "Process rewards in GRPO on the arith organism (issue 28 §3)"
+  keep process_rewards_organism $OUT/process_rewards_organism/{report.md,curves.png}
+  return $status
+}
+
 stepgap() {
   $PROCRL stepgap-eval --llm-only --bootstrap-resamples 1000 --output-dir $OUT/stepgap_decomposability
   keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,run.json}
 }
 
 case "${1:-}" in
-  bestofn|frs|stepgap) "$1" ;;
+  bestofn|frs|stepgap|grpo) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all" >&2; exit 2 ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|grpo|all" >&2; exit 2 ;;
 esac
