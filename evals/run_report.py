@@ -216,8 +216,10 @@ def format_report(
     metric: dict[str, str] | None = None,
     plot: str | None = None,
     extra_metrics: Sequence[str] = (),
+    sections: Sequence[str] = (),
 ) -> str:
-    """The markdown report: the title, how to read the numbers, `format_table`, the plot (a relative file name) and
+    """The markdown report: the title, how to read the numbers, `format_table`, the plot (a relative file name),
+    `sections` (markdown, each with its own heading: e.g. `procrl.evals.arm_comparison.format_arm_comparison`) and
     one line per run (variant, seed, status, wall time, commit, directory)."""
     runs = [r for v in variants for r in v.runs]
     unfinished = sum(r.get("status") != "finished" for r in runs)
@@ -241,6 +243,7 @@ def format_report(
             "Against the training step (`history`): the line is the mean over "
             "seeds at each step, the band the min-max over seeds.",
         ]
+    lines += [line for section in sections for line in ("", section.rstrip("\n"))]
     rows = []
     for variant in variants:
         for run in variant.runs:

@@ -8,6 +8,8 @@
 # Issue 28's re-runs where the signal exists (the arith organism at its edge level; docs/results/README.md, top):
 #   launch/results.sh picsar_arith  # §1: procrl select on both organisms (16 samples x 400 problems) + decoupled
 #   launch/results.sh frs_arith     # §4: procrl frs --judge oracle on the clean and corrupted organisms + compare
+#   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
+#                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh arith         # the issue 28 sections above, in this order
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
 # What docs/results/README.md publishes is the default: SmolLM2 as the policy. The issue's second policy and the
@@ -24,6 +26,7 @@ DOCS=docs/results
 POLICIES=${POLICIES:-"smollm2=default"}   # name=model (procrl's model names), space-separated
 DECOUPLED=${DECOUPLED:-0}                 # 1: also PiCSAR with the other model as the answer evaluator
 FRS_JUDGES=${FRS_JUDGES:-local}           # judges of the SVAMP FRS runs (GSM8K: always both embedded judges)
+PUM_MODEL=${PUM_MODEL:-outputs/pum_organism}  # grpo: a PUM trained on the organism; the PUM arms run when it exists
 
 other_of() { if [ "$1" = default ]; then echo gemma3-270m; else echo default; fi; }
 name_of() { if [ "$1" = default ]; then echo smollm2; else echo "$1"; fi; }
@@ -81,6 +84,25 @@ frs() {
   done
 }
 
+grpo() {  # the organism's SFT checkpoint comes from the cache, as a fixed sweep parameter (procrl sweep --set)
+  local organism status=0 placebo=oracle_shuffled sweeps=(outputs/sweeps/process_rewards_organism)
+  organism=$(sft_checkpoint configs/demo/sft_organism.yaml)
+  launch/sweep.sh configs/sweeps/process_rewards_organism.yaml --set "model_name_or_path=$organism" || status=$?
+  if [ -e "$PUM_MODEL" ]; then
+    launch/sweep.sh configs/sweeps/process_rewards_organism_pum.yaml \
+      --set "model_name_or_path=$organism" "pum_model=$PUM_MODEL" || status=$?
+    sweeps+=(outputs/sweeps/process_rewards_organism_pum)
+    placebo="$placebo,pum_anchored=pum_shuffled,pum_mixed=pum_shuffled,pum_process=pum_shuffled"
+  else
+    echo "grpo: no organism PUM at $PUM_MODEL (set PUM_MODEL): the PUM arms are left out" >&2
+  fi
+  # a failed variant is recorded and left out of the means; the report still runs, the exit status says it
+  $PROCRL report "${sweeps[@]}" --reference outcome --placebo "$placebo" --output-dir $OUT/process_rewards_organism \
+    --title "Process rewards in GRPO on the arith organism (issue 28 §3)"
+  keep process_rewards_organism $OUT/process_rewards_organism/{report.md,curves.png}
+  return $status
+}
+
 stepgap() {
   $PROCRL stepgap-eval --llm-only --bootstrap-resamples 1000 --output-dir $OUT/stepgap_decomposability
   keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,run.json}
@@ -126,8 +148,8 @@ frs_arith() {
 }
 
 case "${1:-}" in
-  bestofn|frs|stepgap|picsar_arith|frs_arith) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith|grpo) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|arith" >&2; exit 2 ;;
+  arith) picsar_arith; frs_arith; grpo ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|grpo|arith" >&2; exit 2 ;;
 esac

@@ -10,6 +10,8 @@ value is undefined):
 - `hacking/reward_accuracy_corr` (train logs only): the rolling correlation of TRL's `reward` (weighted reward mean)
   with `task/accuracy` over the last `hacking_window` logging steps; a WARNING is logged when it turns negative
   while the reward rises (`RewardAccuracyMonitor`).
+- `hacking/reward_accuracy_alarm` (train logs only): 1.0 at a logging step where that condition holds, else 0.0, so
+  the run record shows whether and when the warning fired (it fires at each step where the value turns 0 -> 1).
 
 Completions table: TRL keeps the latest generation batch in `trainer._logs` (prompt, completion, one column per
 reward, advantage, and the `extra` columns that reward functions add through TRL's `log_extra`; grpo_trainer.py
@@ -464,12 +466,13 @@ class TrainingMonitor:
 
     def on_log(self, metrics: dict[str, list], logs: dict[str, Any], step: int, mode: str) -> None:
         """Before TRL averages `metrics` (`trainer._metrics[mode]`, lists of per-batch values) into a log: add
-        `hacking/reward_accuracy_corr` (train only) and warn on a collapse; write the new completions (`logs` is
-        `trainer._logs`)."""
+        `hacking/reward_accuracy_corr` and `hacking/reward_accuracy_alarm` (train only) and warn on a collapse;
+        write the new completions (`logs` is `trainer._logs`)."""
         if mode == "train" and "reward" in metrics:
             corr, warn = self.reward_accuracy.update(_mean(metrics.get("reward")), _mean(metrics.get("task/accuracy")))
             if corr is not None:
                 metrics["hacking/reward_accuracy_corr"].append(corr)
+            metrics["hacking/reward_accuracy_alarm"].append(float(self.reward_accuracy.collapsing))
             if warn and self.is_main_process:
                 logger.warning(
                     "step %d: reward rises while task accuracy does not follow (hacking/reward_accuracy_corr %.2f; "

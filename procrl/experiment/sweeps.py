@@ -30,7 +30,7 @@ import os
 import random
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ __all__ = [
     "config_paths",
     "expand",
     "fingerprint",
+    "fix_parameters",
     "load_sweep",
     "parse_sweep",
     "variant_name",
@@ -178,6 +179,33 @@ def parse_sweep(config: Mapping, default_name: str = "sweep") -> Sweep:
         logger.warning("early_terminate is ignored offline: every variant runs to its end")
     name = config.get("name") or default_name
     return Sweep(str(name), method, parameters, program, command, metric, run_cap, dict(config))
+
+
+def fix_parameters(sweep: Sweep, values: Mapping[str, Any]) -> Sweep:
+    """`sweep` with each of `values` a constant: a parameter of that name is replaced (whatever its distribution),
+    any other is added after the file's. What a run-time setting uses, such as a checkpoint path resolved when the
+    sweep starts (`procrl sweep --set NAME=VALUE`). `config['parameters']` is changed alike, so `sweep.json` records
+    the values. A constant is in every variant's fingerprint, so a finished variant run with another value counts as
+    changed; it is in no variant name, so a replaced varying parameter drops out of the names.
+
+    Raises:
+        ValueError: a name that is not a non-empty string.
+
+    >>> spec = {"program": "t.py", "method": "grid", "parameters": {"seed": {"values": [0, 1]}, "lr": {"value": 0.1}}}
+    >>> sweep = parse_sweep(spec)
+    >>> fixed = fix_parameters(sweep, {"seed": 0, "model_name_or_path": "/ckpt"})
+    >>> [(p.name, p.distribution, p.values) for p in fixed.parameters]
+    [('seed', 'constant', (0,)), ('lr', 'constant', (0.1,)), ('model_name_or_path', 'constant', ('/ckpt',))]
+    """
+    bad = [name for name in values if not isinstance(name, str) or not name]
+    if bad:
+        raise ValueError(f"a fixed parameter needs a name (NAME=VALUE), got {bad}")
+    parameters = [Parameter(p.name, "constant", (values[p.name],)) if p.name in values else p for p in sweep.parameters]
+    known = {p.name for p in sweep.parameters}
+    parameters += [Parameter(name, "constant", (value,)) for name, value in values.items() if name not in known]
+    raw = dict(sweep.config.get("parameters") or {})
+    raw.update({name: {"value": value} for name, value in values.items()})
+    return replace(sweep, parameters=tuple(parameters), config={**sweep.config, "parameters": raw})
 
 
 def _parse_parameter(name: str, spec: Any) -> Parameter:

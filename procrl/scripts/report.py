@@ -4,6 +4,7 @@
     procrl report outputs/grpo_a outputs/grpo_b --output-dir report --title "PiCSAR vs outcome"
     procrl report runs/sweeps/x --finished-only                   # leave out runs that did not finish
     procrl report outputs/select --metrics 'bestofn/*/acc@16,bestofn/*/auroc'    # a select run's best-of-k metrics
+    procrl report outputs/sweeps/a outputs/sweeps/b --reference outcome --placebo oracle_shuffled   # paired arms
     python -m procrl.scripts.report --config report.yaml          # a YAML of these fields; flags override it
 
 Reads each run's `run.json` (written by every procrl command, `procrl.experiment.tracking`; a run that also reported
@@ -18,6 +19,14 @@ is given, else ./report):
 - `curves.png`: task accuracy, reward, completion length and the reward-accuracy correlation against the training
   step, a line per variant (mean over seeds), the band min-max over seeds; "not logged" where no run has the key.
 
+With `--reference ARM` (GRPO sweeps, issue 28 §3) `report.md` also gets the paired comparison of the arms
+(`procrl.evals.arm_comparison`): per arm, mean ± sd over seeds of greedy accuracy, ProcessAcc, length and wall time;
+the pooled paired difference in accuracy (per problem, the arm's mean over seeds minus the other arm's, bootstrap 95%
+over problems) and each seed's, against the reference and against the arm's placebo (`--placebo PLACEBO` for every
+arm, `ARM=PLACEBO` for one, comma-separated); whether the reward-accuracy divergence alarm fired; and the decision:
+"supported" only when both intervals lie above 0. An arm is named by its config's stem without the arms' common
+prefix (`arith_organism_oracle` -> `oracle`) or by its variant name. Runs that evaluated other problems are an error.
+
 Runs that did not finish are included by default and marked in the `status` column: an interrupted sweep's partial
 results are still worth seeing, and dropping them silently would hide that the table is incomplete.
 Prints the table and the paths of the files.
@@ -31,6 +40,7 @@ from pathlib import Path
 
 from trl import TrlParser
 
+from procrl.evals.arm_comparison import compare_arms, format_arm_comparison
 from procrl.evals.run_report import format_report, format_table, group_variants, plot_curves
 from procrl.experiment.run_records import load_runs, sweep_metric
 from procrl.scripts._common import (
@@ -46,7 +56,15 @@ __all__ = ["ReportArguments", "main", "make_parser", "paths_as_flag"]
 
 PROG = "procrl report"
 REPORT_FILE, PLOT_FILE = "report.md", "curves.png"
-_VALUE_FLAGS = ("--output_dir", "--output-dir", "--title", "--config", "--metrics")  # their next word is their value
+_VALUE_FLAGS = (
+    "--output_dir",
+    "--output-dir",
+    "--title",
+    "--config",
+    "--metrics",
+    "--reference",
+    "--placebo",
+)  # their next word is their value
 _BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
 
 
@@ -76,6 +94,21 @@ class ReportArguments:
         },
     )
 
+    reference: str | None = field(
+        default=None,
+        metadata={
+            "help": "the reference arm (e.g. outcome): adds the paired comparison of the arms to report.md; an arm "
+            "is its config's stem without the arms' common prefix, or its variant name"
+        },
+    )
+    placebo: str = field(
+        default="",
+        metadata={
+            "help": "the placebo arms, comma-separated: PLACEBO (every other arm's) and/or ARM=PLACEBO (that arm's), "
+            "e.g. 'oracle_shuffled,pum_mixed=pum_shuffled'; needs --reference"
+        },
+    )
+
     @property
     def metric_patterns(self) -> list[str]:
         """`metrics` as a list of patterns ("a/*,b" -> ["a/*", "b"]; empty items dropped)."""
@@ -86,6 +119,8 @@ class ReportArguments:
             raise ValueError(
                 "give at least one RUN_DIR or a SWEEP_DIR: procrl report runs/sweeps/<name> (or --paths DIR ...)"
             )
+        if self.placebo and not self.reference:
+            raise ValueError("--placebo needs --reference ARM: the paired comparison is against a reference arm")
         if self.title is not None and ("\n" in self.title or not self.title.strip()):
             raise ValueError(f"--title {self.title!r} must be one non-empty line (it is the report's heading)")
 
@@ -135,12 +170,22 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(PROG, f"no finished run in {', '.join(args.paths)} (drop --finished-only to see the others)")
         return 1
     variants = group_variants(runs)
+    arms = ""
+    if args.reference:
+        try:
+            arms = format_arm_comparison(compare_arms(variants, args.reference, args.placebo), args.reference)
+        except ValueError as error:
+            usage_error(PROG, error)
+            return 1
     output_dir = Path(args.output_dir) if args.output_dir else default_output_dir(args.paths)
     title = args.title or "Run report: " + ", ".join(Path(p).name or p for p in args.paths)
     plot = plot_curves(variants, output_dir / PLOT_FILE, title)
     report = output_dir / REPORT_FILE
-    report.write_text(format_report(variants, title, metric, plot=PLOT_FILE, extra_metrics=args.metric_patterns))
+    sections = [arms] if arms else []
+    report.write_text(format_report(variants, title, metric, PLOT_FILE, args.metric_patterns, sections))
     print(format_table(variants, metric, args.metric_patterns))
+    if arms:
+        print(f"\n{arms}", end="")
     print(f"report: {report}\nplots: {plot}")
     return 0
 

@@ -5,6 +5,7 @@
     procrl sweep SWEEP.yaml --dry-run                                      # print the variants' commands only
     procrl sweep SWEEP.yaml --count 8 --seed 1                             # method: random: 8 draws of seed 1
     procrl sweep SWEEP.yaml --rerun                                        # also rerun variants whose settings changed
+    procrl sweep SWEEP.yaml --set model_name_or_path=/ckpt max_steps=3     # fixed parameters, chosen at run time
     procrl sweep SWEEP.yaml --wandb on                                     # wandb sweep + wandb agent (see below)
     launch/sweep.sh SWEEP.yaml [flags]                                     # the same, .venv python, WANDB_MODE=offline
     python -m procrl.scripts.sweep SWEEP.yaml                              # the same
@@ -13,6 +14,12 @@ The file (`procrl.experiment.sweeps`): `program`, `method: grid | random`, `metr
 `distribution: uniform | log_uniform_values | int_uniform | categorical` with `min`/`max`), `command` with wandb's
 macros (`${env} ${interpreter} ${program} ${args} ...`), `run_cap`. Alternative configs are a parameter:
 `config: {values: [configs/grpo/a.yaml, configs/grpo/b.yaml]}` gives `--config=configs/grpo/a.yaml`.
+
+`--set NAME=VALUE ...` makes each NAME a constant parameter with VALUE (read as YAML: `3` is a number, a path a
+string), replacing the file's parameter of that name or added after them (`procrl.experiment.sweeps.fix_parameters`):
+a setting known only when the sweep starts, such as the SFT checkpoint a GRPO sweep starts from (launch/results.sh
+grpo). It enters every variant's fingerprint like any constant, so a finished variant run with another value counts as
+changed. The offline runner only: `--wandb on` refuses it (wandb sweep reads the file as it is).
 
 `--wandb auto` (the default) and `--wandb off` run the offline runner below, even when a wandb server answers: under
 `wandb agent` the variants get no per-variant output folder and no PROCRL_VARIANT (not implemented), so each writes
@@ -58,7 +65,7 @@ from transformers.hf_argparser import string_to_bool
 from trl import TrlParser
 
 from procrl.experiment.sweep_runner import EXIT_FAILED, run_offline, run_state
-from procrl.experiment.sweeps import Sweep, Variant, config_paths, expand, fingerprint, load_sweep
+from procrl.experiment.sweeps import Sweep, Variant, config_paths, expand, fingerprint, fix_parameters, load_sweep
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,
@@ -74,6 +81,7 @@ logger = get_logger(__name__)
 PROG = "procrl sweep"
 WANDB_MODES = ("auto", "on", "off")
 _BOOL_FLAGS = ("--dry_run", "--dry-run", "--rerun")
+_LIST_FLAGS = ("--set",)  # every word up to the next flag is theirs
 CHANGED = "settings changed since this variant finished: use another --output-dir or --rerun"
 # argparse's ArgumentDefaultsHelpFormatter appends "(default: ...)" unless the help names %(default) (argparse.py:718);
 # "%(default).0s" prints nothing, for the helps that say their default in words (no "(default: None)" after them)
@@ -119,6 +127,13 @@ class SweepArguments:
         default="output_dir",
         metadata={"help": "the programs' output-folder flag, appended per variant ('' appends none)"},
     )
+    set: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "NAME=VALUE ...: fixed parameters (VALUE read as YAML), replacing the file's of that name or added "
+            "(e.g. the checkpoint a sweep starts from); the offline runner only" + _OWN_DEFAULT
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.wandb not in WANDB_MODES:
@@ -127,6 +142,26 @@ class SweepArguments:
             raise ValueError(f"count={self.count} must be at least 1 (or leave --count out)")
         if self.wandb_timeout <= 0 or self.stop_timeout < 0:
             raise ValueError("--wandb-timeout must be > 0 and --stop-timeout >= 0 (seconds)")
+        self.fixed()  # a bad NAME=VALUE fails here, with the parse
+        if self.set and self.wandb == "on":
+            raise ValueError("--set needs the offline runner (wandb sweep reads the file as it is): drop --wandb on")
+
+    def fixed(self) -> dict:
+        """`set` as {NAME: VALUE}, each VALUE read as YAML (a later NAME wins).
+
+        Raises:
+            ValueError: a word without "=", with an empty NAME or VALUE, or a VALUE that is not YAML.
+        """
+        values = {}
+        for word in self.set:
+            name, equals, text = word.partition("=")
+            if not equals or not name.strip() or not text.strip():
+                raise ValueError(f"--set {word!r}: write NAME=VALUE, e.g. --set model_name_or_path=/path/to/checkpoint")
+            try:
+                values[name.strip()] = yaml.safe_load(text)
+            except yaml.YAMLError as error:
+                raise ValueError(f"--set {word!r}: the value is not YAML ({error}); quote it") from error
+        return values
 
 
 def make_parser() -> TrlParser:
@@ -141,11 +176,15 @@ def sweep_file_as_flag(argv: list[str]) -> list[str]:
     ['--sweep', 's.yaml', '--dry-run', '--count', '3']
     >>> sweep_file_as_flag(["--dry-run", "true", "--output-dir", "out"])  # values stay with their flags
     ['--dry-run', 'true', '--output-dir', 'out']
+    >>> sweep_file_as_flag(["--set", "a=1", "b=2", "--rerun", "s.yaml"])  # --set takes every word up to a flag
+    ['--sweep', 's.yaml', '--set', 'a=1', 'b=2', '--rerun']
     """
+    in_list = False
     for i, word in enumerate(argv):
         before = argv[i - 1] if i else ""
+        in_list = word in _LIST_FLAGS or (in_list and not word.startswith("-"))
         is_value = before.startswith("--") and "=" not in before and before not in _BOOL_FLAGS
-        if word.startswith("-") or is_value or (before in _BOOL_FLAGS and _is_bool_word(word)):
+        if word.startswith("-") or is_value or in_list or (before in _BOOL_FLAGS and _is_bool_word(word)):
             continue
         return ["--sweep", word, *argv[:i], *argv[i + 1 :]]
     return list(argv)
@@ -170,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging()
     try:
         sweep = load_sweep(args.sweep)
+        if args.set:
+            sweep = fix_parameters(sweep, args.fixed())
         variants = expand(sweep, count=args.count, seed=args.seed, interpreter=sys.executable)
         sweep_dir = Path(args.output_dir or Path("outputs") / "sweeps" / sweep.name)
         plan = [(v, *variant_dir_and_argv(v, sweep_dir, args.output_flag), settings_of(sweep, v)) for v in variants]

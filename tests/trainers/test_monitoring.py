@@ -222,6 +222,8 @@ def test_reward_accuracy_warning_on_the_trainer(tmp_path, tiny_llama, tokenizer,
     assert corrs[:2] == [None, None] and corrs[2:] == pytest.approx([-1.0] * 3)
     warnings = [r.getMessage() for r in caplog.records if "reward rises" in r.getMessage()]
     assert len(warnings) == 1 and warnings[0].startswith("step 3:")  # once for the whole crossing
+    # the run record's trace of the alarm: 1.0 from the step it fired, while the condition holds
+    assert [h["hacking/reward_accuracy_alarm"] for h in trainer.state.log_history] == [0.0, 0.0, 1.0, 1.0, 1.0]
 
     caplog.clear()
     trainer.state.log_history.clear()
@@ -230,6 +232,7 @@ def test_reward_accuracy_warning_on_the_trainer(tmp_path, tiny_llama, tokenizer,
         corrs = _log_series(trainer, [0.1, 0.2, 0.3, 0.4], [0.1, 0.3, 0.2, 0.4])
     assert all(c > 0 for c in corrs[2:])
     assert not [r for r in caplog.records if "reward rises" in r.getMessage()]
+    assert [h["hacking/reward_accuracy_alarm"] for h in trainer.state.log_history] == [0.0] * 4
 
 
 def _logs(n, extra=None):
