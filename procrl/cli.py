@@ -21,6 +21,9 @@ procrl select --scorer pum,picsar,majority,random --n 8 --dataset svamp --pum PA
                              selection method from the same samples (run.json, problems.jsonl, table.md, curves.png)
 procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp [--output-dir D]
                              PUM-guided step beam search: accuracy table (run.json, problems.jsonl)
+procrl pum-gain-check outputs/pum_math/arith_organism [--resamples 0]
+                             a PUM-Math build of an arith set: mean gain of prefixes ending in an oracle-correct
+                             step vs at the first wrong step, with intervals; pair counts (gain_check.json)
 procrl frs --model default --dataset gsm8k --frs-traces 16 --frs-k-percent 10 --judge local
                              offline Filtered Reasoning Score of a model on a benchmark (run.json, frs.png)
 procrl frs compare RUN_DIR RUN_DIR... --output-dir D
@@ -79,6 +82,10 @@ COMMANDS = {
         "best-of-N selection (pum, picsar, majority, random) -> accuracy table; --ks: best-of-k curves",
     ),
     "beam": ("procrl.scripts.beam", "PUM-guided step-level beam search -> accuracy table"),
+    "pum-gain-check": (
+        "procrl.scripts.pum_gain_check",
+        "a PUM-Math build of an arith set: gain of oracle-correct vs first-wrong-step prefixes; pair counts",
+    ),
     "calibrate": (
         "procrl.scripts.calibrate",
         "a policy's accuracy, pass@8, mixed groups and ProcessAcc per difficulty level; its edge level(s)",
@@ -95,7 +102,7 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "calibrate", "frs", "stepgap-eval"),
+    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever"),
 }

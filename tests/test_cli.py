@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "sft": "procrl.scripts.sft",
     "select": "procrl.scripts.select",
     "beam": "procrl.scripts.beam",
+    "pum-gain-check": "procrl.scripts.pum_gain_check",
     "calibrate": "procrl.scripts.calibrate",
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",

@@ -139,6 +139,9 @@ class PairStats:
     truncated_sequences: int = 0  # chosen or rejected inputs that were cut (each side counts)
     truncated_tokens: int = 0  # prefix tokens cut, summed over all kept and dropped inputs
     max_input_tokens: int = 0  # longest kept input
+    # kept inputs with the tokenizer's unknown token (a word-level tokenizer, e.g. the arith organism's, maps a text
+    # it cannot split into its words, such as two fused space-less words, to it); kept, counted so it is seen
+    inputs_with_unk: int = 0
     kept_by_type: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -176,6 +179,7 @@ def tokenize_pairs(
     stats = PairStats(pairs_in=len(pairs))
     rows: dict[str, list] = defaultdict(list)
     prompt_cache: dict[str, list[int]] = {}
+    unk_id = getattr(tokenizer, "unk_token_id", None)
     for i, ex in enumerate(tqdm(pairs, desc="procrl: rendering PUM pairs", disable=not progress)):
         margin = float(ex["margin"])
         if not math.isfinite(margin) or margin < 0:
@@ -218,6 +222,8 @@ def tokenize_pairs(
         if tokenizer.pad_token_id in (c.input_ids[-1], r.input_ids[-1]):
             stats.dropped_ends_with_pad += 1
             continue
+        if unk_id is not None:
+            stats.inputs_with_unk += (unk_id in c.input_ids) + (unk_id in r.input_ids)
         rows["chosen_ids"].append(c.input_ids)
         rows["rejected_ids"].append(r.input_ids)
         if margin_scale > 0:
@@ -230,6 +236,12 @@ def tokenize_pairs(
         stats.kept_by_type[str(ex["pair_type"])] = stats.kept_by_type.get(str(ex["pair_type"]), 0) + 1
     stats.pairs_kept = len(rows["chosen_ids"])
     dropped = stats.pairs_in - stats.pairs_kept
+    if stats.inputs_with_unk:
+        logger.warning(
+            "PUM pairs: %d rendered inputs hold the tokenizer's unknown token (texts it cannot split into its "
+            "vocabulary; kept)",
+            stats.inputs_with_unk,
+        )
     if dropped or stats.truncated_sequences:
         logger.info("PUM pairs: kept %d of %d; %s", stats.pairs_kept, stats.pairs_in, stats.to_dict())
     columns = [

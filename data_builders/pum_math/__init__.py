@@ -5,8 +5,10 @@ Paper: "From Correctness to Utility: Gain-Based Prefix Evaluation for LLM Reason
 Pipeline (`build_pum_math`):
 
 1. problems with a parseable gold answer (`load_math_dataset`); a gold that cannot be parsed is skipped and counted;
-2. trajectories: sampled from a policy model (`n_trajectories` per problem) and/or the data set's reference
-   solution (GSM8K: one step per line, calculator annotations removed, "#### N" -> "The answer is N.");
+2. trajectories: sampled from a policy model (`n_trajectories` per problem; prompted with `prompt_template`) and/or
+   the data set's reference solution (GSM8K: one step per line, calculator annotations removed, "#### N" -> "The
+   answer is N."); a sampled text the first student's tokenizer encodes with its unknown token (a word-level
+   tokenizer's fused words, `maps_to_unknown`) is dropped and counted;
 3. prefixes: cuts at step boundaries (`split_steps`) and at token fractions (default 0.25/0.5/0.75 of the
    trajectory's tokens in the FIRST student's tokenizer, moved back to a clean character boundary); a prefix is a
    list of text pieces (whole steps, the last one possibly partial), tokenized piece by piece
@@ -26,11 +28,11 @@ Pipeline (`build_pum_math`):
    n/n from having zero variance). Ties (ΔG = 0) are dropped, or kept with `is_tie=True` and margin 0.
 
 Output (`output_dir`): `dataset/` (`Dataset.save_to_disk`), `pairs.parquet`, `stats.json`, `gains.png`,
-`prefixes.jsonl` (every prefix with its success counts per student, gains and G), and the resumable rollout
-cache `cache/`. Columns: `prompt` (problem text), `chosen`, `rejected` (prefix texts),
-`margin` (ΔG >= 0, in units of the normalised gain), `pair_type` ("vertical" | "horizontal"), `problem_id`,
-`gain_chosen`, `gain_rejected` (G), `n_rollouts` (per prefix and student), plus `is_tie`, `chosen_tokens`,
-`rejected_tokens` (first student's tokenizer) and `delta_std` (sqrt Var(ΔG)).
+`prefixes.jsonl` (every prefix with its success counts per student, gains, G and `at_step`: whether it ends at a
+step boundary), and the resumable rollout cache `cache/`. Columns: `prompt` (problem text), `chosen`, `rejected`
+(prefix texts), `margin` (ΔG >= 0, in units of the normalised gain), `pair_type` ("vertical" | "horizontal"),
+`problem_id`, `gain_chosen`, `gain_rejected` (G), `n_rollouts` (per prefix and student), plus `is_tie`,
+`chosen_tokens`, `rejected_tokens` (first student's tokenizer) and `delta_std` (sqrt Var(ΔG)).
 
 Run (the command is `procrl.scripts.build_pum_data`): `procrl build-pum-data --config configs/pum/build_gsm8k.yaml`,
 `accelerate launch -m procrl.scripts.build_pum_data --config ...` (GPUs), `ACCELERATE_USE_CPU=True torchrun
@@ -58,7 +60,7 @@ from procrl.data_builders.pum_math.pairs import (
     candidate_pairs,
     select_pairs,
 )
-from procrl.data_builders.pum_math.pipeline import build_pum_math, load_problems
+from procrl.data_builders.pum_math.pipeline import build_pum_math, load_problems, maps_to_unknown
 from procrl.data_builders.pum_math.prefixes import Prefix, Problem, Trajectory, cut_trajectory, reference_steps
 from procrl.data_builders.pum_math.replication import replicate
 from procrl.data_builders.pum_math.sampling import estimate_solve_counts, sample_trajectories
@@ -95,6 +97,7 @@ __all__ = [
     "estimate_solve_counts",
     "intrinsic_utility",
     "load_problems",
+    "maps_to_unknown",
     "plot_gains",
     "population_std",
     "reference_steps",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from procrl.data_builders.prompts import resolve_template, validate_template
 from procrl.generation import EngineArguments
 
 PAIR_TYPES = ("vertical", "horizontal")
@@ -43,6 +44,14 @@ class PUMMathConfig(EngineArguments):
         },
     )
     split: str = field(default="test", metadata={"help": "Split of `dataset`."})
+    prompt_template: str = field(
+        default="one_shot",
+        metadata={
+            "help": "Chat prompt of the policy and of 'chat' students: 'one_shot' (one worked example as a chat turn), "
+            "'zero_shot', or a template with {question} ('{question}' for a model SFT-trained on bare questions, "
+            "such as the arith organism). 'plain' students ignore it (PLAIN_ONE_SHOT_TEMPLATE)."
+        },
+    )
     start: int = field(default=0, metadata={"help": "First problem (row index) to use."})
     end: int | None = field(default=50, metadata={"help": "One past the last problem to use; null = all."})
     output_dir: str = field(
@@ -86,7 +95,8 @@ class PUMMathConfig(EngineArguments):
     n_rollouts: int = field(default=4, metadata={"help": "Rollouts per prefix and student (n)."})
     n_rollouts_bare: int = field(default=8, metadata={"help": "Rollouts from the bare problem per student (n_0)."})
     step_separator: str = field(
-        default="\n\n", metadata={"help": "Step separator of trajectories (docs/architecture.md 'PUM' default '\\n\\n')."}
+        default="\n\n",
+        metadata={"help": "Step separator of trajectories (docs/architecture.md 'PUM' default '\\n\\n')."},
     )
     cut_fractions: list[float] = field(
         default_factory=lambda: [0.25, 0.5, 0.75],
@@ -171,6 +181,7 @@ class PUMMathConfig(EngineArguments):
             raise ValueError("no cuts: set cut_at_steps: true or give cut_fractions")
         if self.kappa < 0 or not 0 <= self.horizontal_tolerance < 1:
             raise ValueError("kappa must be >= 0 and horizontal_tolerance in [0, 1)")
+        validate_template(resolve_template(self.prompt_template))
         if self.end is not None and self.end <= self.start:
             raise ValueError(f"end ({self.end}) must be greater than start ({self.start})")
         problems = self.engine_problems()

@@ -58,6 +58,7 @@ def write_outputs(config: PUMMathConfig, result: dict, stats: dict):
                 "problem_id": result["prefixes"][key].problem_id,
                 "prefix": result["prefixes"][key].text,
                 "n_tokens": result["prefixes"][key].n_tokens,
+                "at_step": result["prefixes"][key].at_step,
                 "successes": rates.successes,
                 "n": rates.n,
                 "bare_successes": rates.bare,

@@ -11,6 +11,7 @@ from pathlib import Path
 from transformers import AutoTokenizer
 
 from procrl.data_builders.datasets import load_math_dataset
+from procrl.data_builders.prompts import resolve_template
 from procrl.data_builders.pum_math.config import PUMMathConfig
 from procrl.data_builders.pum_math.outputs import write_outputs
 from procrl.data_builders.pum_math.pairs import assemble_pairs
@@ -35,7 +36,13 @@ logger = get_logger(__name__)
 def load_problems(config: PUMMathConfig, counts: Counter) -> list[Problem]:
     """Problems of the configured slice whose gold parses (within `verify_timeout_s`); the others are skipped and
     counted (a parse that ran out of the budget also in `counts["verification_timeouts"]`)."""
-    data = load_math_dataset(config.dataset, split=config.split, start=config.start, end=config.end)
+    data = load_math_dataset(
+        config.dataset,
+        split=config.split,
+        start=config.start,
+        end=config.end,
+        prompt_template=resolve_template(config.prompt_template),
+    )
     problems = []
     for row in data:
         if timed_check(outcome.parse_gold, (row["answer"],), config.verify_timeout_s, counts) is None:
@@ -46,6 +53,15 @@ def load_problems(config: PUMMathConfig, counts: Counter) -> list[Problem]:
             Problem(row["problem_id"], row["question"], row["prompt"], row["answer"], row.get("solution") or "")
         )
     return problems
+
+
+def maps_to_unknown(tokenizer, text: str) -> bool:
+    """Whether `tokenizer` encodes `text` with its unknown token (False for a tokenizer without one, e.g. byte-level
+    BPE). A word-level tokenizer (the arith organism's, `procrl.data_builders.arithmetic_tokenizer`) can decode a
+    sampled text that does not encode back: two space-less word tokens ("makes", "The") fuse into one unknown word.
+    Such a trajectory would reach the students and the PUM as ids the policy never produced."""
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return unk is not None and unk in tokenizer.encode(text, add_special_tokens=False)
 
 
 def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = None):
@@ -96,6 +112,8 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
                 steps = [s.text for s in split_steps(text, config.step_separator)]
                 if not steps:
                     counts["empty_trajectories_dropped"] += 1
+                elif maps_to_unknown(length_tokenizer, text):
+                    counts["unknown_token_trajectories_dropped"] += 1
                 elif any("".join(steps) == "".join(t) for _, t in texts[pid]):
                     counts["duplicate_trajectories_dropped"] += 1
                 else:
@@ -112,14 +130,16 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
                 length_tokenizer, steps, config.cut_fractions, config.cut_at_steps, config.max_step_cuts
             ):
                 text = "".join(pieces)
+                at_step = pieces == steps[: len(pieces)]  # whole steps: a step cut (or a fraction cut on a boundary)
                 key = by_text.get((p.problem_id, text))
                 if key is None:
                     key = f"{p.problem_id}/p{n_prefixes}"
                     n_prefixes += 1
                     by_text[(p.problem_id, text)] = key
-                    prefixes[key] = Prefix(key, p.problem_id, pieces, n_tokens)
+                    prefixes[key] = Prefix(key, p.problem_id, pieces, n_tokens, at_step)
                 else:
                     counts["identical_prefixes_merged"] += 1
+                    prefixes[key].at_step = prefixes[key].at_step or at_step
                 if key not in traj.prefix_keys:
                     traj.prefix_keys.append(key)
             trajectories.append(traj)
@@ -148,6 +168,7 @@ def build_pum_math(config: PUMMathConfig, *, state=None, engines: dict | None = 
         "identical_prefixes_merged": counts["identical_prefixes_merged"],
         "duplicate_trajectories_dropped": counts["duplicate_trajectories_dropped"],
         "empty_trajectories_dropped": counts["empty_trajectories_dropped"],
+        "unknown_token_trajectories_dropped": counts["unknown_token_trajectories_dropped"],
         "problems_without_reference": counts["problems_without_reference"],
         "verification_timeouts": counts["verification_timeouts"],
         "students": list(config.students),

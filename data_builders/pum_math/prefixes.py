@@ -39,6 +39,7 @@ class Prefix:
     problem_id: str
     pieces: list[str]
     n_tokens: int  # length in the first student's tokenizer (trajectory part only)
+    at_step: bool = False  # ends at a step boundary of a trajectory it was cut from (whole steps only)
 
     @property
     def text(self) -> str:

@@ -168,6 +168,25 @@ def test_config_validation_messages():
         pm.PUMMathConfig(cut_fractions=[0.0, 0.5])
     config = pm.PUMMathConfig(students=["a", "b", "c"], student_templates=["chat"])
     assert config.student_templates == ["chat", "chat", "chat"]
+    with pytest.raises(ValueError, match="prompt_template must be a string containing the placeholder"):
+        pm.PUMMathConfig(prompt_template="Solve it.")
+    assert pm.PUMMathConfig().prompt_template == "one_shot"
+
+
+def test_maps_to_unknown(smollm2_tokenizer):
+    from procrl.data_builders.arithmetic_tokenizer import arithmetic_tokenizer
+
+    word_level = arithmetic_tokenizer()
+    assert not pm.maps_to_unknown(word_level, "4 - 2 = 2.\n\nThe answer is 2.")
+    # the organism can emit "is" then "Nora" (no space): decoded they fuse into a word the tokenizer does not know
+    assert pm.maps_to_unknown(word_level, "4 - 2 = 2.\n\nThe answer isNora.")
+    assert pm.maps_to_unknown(word_level, "4 - 2 = 2.\n\n\n2 + 6 = 8.")  # a whitespace run outside the vocabulary
+    assert not pm.maps_to_unknown(smollm2_tokenizer, "The answer isNora.\n\n\n")  # byte-level BPE knows every text
+
+    class NoUnk:
+        unk_token_id = None
+
+    assert not pm.maps_to_unknown(NoUnk(), "anything")
 
 
 def test_unparseable_gold_is_skipped_and_counted(tmp_path):

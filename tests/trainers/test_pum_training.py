@@ -165,6 +165,26 @@ def test_tokenize_pairs_truncates_counts_and_drops_identical(smollm2_tokenizer):
         tokenize_pairs(bad, tok, max_length, progress=False)
 
 
+def test_tokenize_pairs_counts_inputs_with_the_unknown_token():
+    from procrl.data_builders.arithmetic_tokenizer import arithmetic_tokenizer
+
+    tok = arithmetic_tokenizer()
+    problem = "Nora has 4 muffins and donates 2. How many muffins does Nora have now?"
+    pairs = datasets.Dataset.from_list(
+        [
+            {"prompt": problem, "chosen": "4 - 2 = 2.\n\n", "rejected": "4 - 2 = 3.\n\n", "margin": 1.0,
+             "pair_type": "vertical", "problem_id": "a"},
+            # "isNora": two space-less words fused, one unknown token on the rejected side
+            {"prompt": problem, "chosen": "4 - 2 = 2.\n\nThe answer is 2.", "rejected": "4 - 2 = 2.\n\nThe answer isNora.",
+             "margin": 1.0, "pair_type": "horizontal", "problem_id": "a"},
+        ]
+    )  # fmt: skip
+    out, stats = tokenize_pairs(pairs, tok, 256, progress=False)
+    assert stats.pairs_kept == 2 and stats.inputs_with_unk == 1
+    assert tok.unk_token_id in out["rejected_ids"][1] and tok.unk_token_id not in out["chosen_ids"][1]
+    assert tok.pad_token_id != tok.eos_token_id and tok.pad_token_id not in out["chosen_ids"][0]
+
+
 def test_split_by_problem_holds_out_whole_problems():
     pairs = make_pairs(10)
     train, held = split_by_problem(pairs, 0.2, seed=0)
