@@ -20,18 +20,12 @@ PUM_OUT=${PUM_OUT:-outputs/pum_arith_organism}
 EXTRA=()
 [ -n "${END:-}" ] && EXTRA+=(--end "$END")
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-
-checkpoint() {  # checkpoint SFT_CONFIG: train (or read from the cache) and print the checkpoint path
-  $PROCRL sft --config "$1" >&2
-  local out
-  out=$("$PY" -c "import sys; from procrl.scripts.sft import make_parser; print(make_parser().parse_args_and_config(['--config', sys.argv[1]])[1].output_dir)" "$1")
-  "$PY" -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
-}
+source launch/lib.sh
 
 if [[ " $STAGES " == *" build "* || " $STAGES " == *" train "* ]]; then  # ~25 s each: procrl sft keys the data
-  WEAK=$(checkpoint configs/sft/organism_clean_short.yaml)
-  CLEAN=$(checkpoint configs/demo/sft_organism.yaml)
-  CORRUPTED=$(checkpoint configs/sft/organism_corrupted.yaml)
+  WEAK=$(sft_checkpoint configs/sft/organism_clean_short.yaml)
+  CLEAN=$(sft_checkpoint configs/demo/sft_organism.yaml)
+  CORRUPTED=$(sft_checkpoint configs/sft/organism_corrupted.yaml)
 fi
 for stage in $STAGES; do
   case $stage in
