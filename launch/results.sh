@@ -26,7 +26,7 @@ DOCS=docs/results
 POLICIES=${POLICIES:-"smollm2=default"}   # name=model (procrl's model names), space-separated
 DECOUPLED=${DECOUPLED:-0}                 # 1: also PiCSAR with the other model as the answer evaluator
 FRS_JUDGES=${FRS_JUDGES:-local}           # judges of the SVAMP FRS runs (GSM8K: always both embedded judges)
-PUM_MODEL=${PUM_MODEL:-outputs/pum_arith_organism}  # launch/pum_arith_organism.sh writes it  # grpo: a PUM trained on the organism; the PUM arms run when it exists
+PUM_MODEL=${PUM_MODEL:-outputs/pum_arith_organism}  # grpo (launch/pum_arith_organism.sh writes it): a PUM trained on the organism; the PUM arms run when it exists
 
 other_of() { if [ "$1" = default ]; then echo gemma3-270m; else echo default; fi; }
 name_of() { if [ "$1" = default ]; then echo smollm2; else echo "$1"; fi; }
