@@ -8,6 +8,7 @@
 # Issue 28's re-runs where the signal exists (the arith organism at its edge level; docs/results/README.md, top):
 #   launch/results.sh picsar_arith  # §1: procrl select on both organisms (16 samples x 400 problems) + decoupled
 #   launch/results.sh frs_arith     # §4: procrl frs --judge oracle on the clean and corrupted organisms + compare
+#   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students, gain check, PUM)
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh arith         # the issue 28 sections above, in this order
@@ -147,9 +148,15 @@ frs_arith() {
   done
 }
 
+pum_arith() {
+  launch/pum_arith_organism.sh
+  keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json} \
+    "$PUM_MODEL"/{run.json,pum_config.json}
+}
+
 case "${1:-}" in
-  bestofn|frs|stepgap|picsar_arith|frs_arith|grpo) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith|pum_arith|grpo) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith; grpo ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|grpo|arith" >&2; exit 2 ;;
+  arith) picsar_arith; frs_arith; pum_arith; grpo ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|pum_arith|grpo|arith" >&2; exit 2 ;;
 esac
