@@ -23,6 +23,12 @@ seeds, which the seeds' own differences show.
 against its placebo both lie above 0 (low end > 0); "not supported" otherwise; undecided ("no placebo arm", "no
 finished run") when either comparison is missing. The reference is "reference", a placebo arm "placebo".
 
+**Stability** (`--stable ARM`, issue 28's process-only arm): the arm's own after − before difference (per problem,
+the mean over its seeds of after-training minus before-training correctness, `pooled_difference` with
+`other_when="before"`); "stable" when its interval's low end is at least −`STABILITY_MARGIN` (0.03) and the
+divergence alarm fired in none of its runs, "not stable" otherwise ("undecided: alarm not recorded" for runs
+without the alarm metric). Every arm's after − before difference is in the table.
+
 **Divergence alarm** (`alarm_steps`): the logging steps at which `hacking/reward_accuracy_alarm` (procrl.trainers
 .monitoring: the reward-accuracy correlation negative while the reward rises) turned on in the run's `history`,
 i.e. where its warning fired; None for a run that did not record the key (older runs).
@@ -47,6 +53,7 @@ __all__ = [
     "ALARM_KEY",
     "ArmRow",
     "PROCESS_ACC",
+    "STABILITY_MARGIN",
     "PairedDifference",
     "alarm_steps",
     "arm_labels",
@@ -61,6 +68,7 @@ __all__ = [
 ACCURACY = "correct"  # the per-problem key of greedy correctness (1.0 / 0.0 / None)
 PROCESS_ACC = "oracle_process_reward"  # the step oracle's ProcessAcc as the evaluation records it per problem
 ALARM_KEY = "hacking/reward_accuracy_alarm"
+STABILITY_MARGIN = 0.03  # "stable": the after - before interval does not lie below -0.03 (issue 28 §3)
 
 
 @dataclass(frozen=True)
@@ -88,18 +96,19 @@ class PairedDifference:
         return self.ci_low > 0.0
 
 
-def per_problem(run: dict[str, Any], key: str = ACCURACY) -> tuple[str, dict[str, float | None]]:
-    """(evaluation set name, {problem_id: value}) of the run's first after-training evaluation; the value is the
-    problem's `correct` for `key="correct"`, else its recorded reward `key`; None when absent or not finite.
+def per_problem(run: dict[str, Any], key: str = ACCURACY, when: str = "after") -> tuple[str, dict[str, float | None]]:
+    """(evaluation set name, {problem_id: value}) of the run's first evaluation `when` ("after" or "before"
+    training); the value is the problem's `correct` for `key="correct"`, else its recorded reward `key`; None when
+    absent or not finite.
 
     Raises:
-        ValueError: the run has no per-problem evaluation (`result.after[0].problems`), or a problem id repeats.
+        ValueError: the run has no such per-problem evaluation (`result.<when>[0].problems`), or a problem id repeats.
     """
-    after = (run.get("result") or {}).get("after") or []
+    after = (run.get("result") or {}).get(when) or []
     problems = after[0].get("problems") if after and isinstance(after[0], dict) else None
     if not problems:
         raise ValueError(
-            f"{run.get('path')}: no per-problem evaluation after training (result.after[0].problems); the paired "
+            f"{run.get('path')}: no per-problem evaluation {when} training (result.{when}[0].problems); the paired "
             "comparison needs train_grpo.py runs with run_eval and eval_sets"
         )
     values: dict[str, float | None] = {}
@@ -120,6 +129,7 @@ def pooled_difference(
     seeds: Sequence[Any] | None = None,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = 0,
+    other_when: str = "after",
 ) -> PairedDifference | None:
     """The pooled paired difference of `runs` (arm A's seeds) against `other_runs` (arm B's) on `key` (module
     docstring); None when no problem has a value on both sides (undefined, not 0).
@@ -129,6 +139,8 @@ def pooled_difference(
         key: "correct" or a reward name recorded per problem.
         seeds: the labels of `runs` in `per_seed` (default 0, 1, ...).
         resamples, seed: of the bootstrap.
+        other_when: which evaluation of `other_runs` ("after", or "before": with `other_runs` = `runs`, the arm's
+            own after − before difference).
 
     Raises:
         ValueError: no run on a side, a run without a per-problem evaluation, or runs that evaluated another set or
@@ -136,7 +148,8 @@ def pooled_difference(
     """
     if not runs or not other_runs:
         raise ValueError("a paired difference needs at least one finished run on each side")
-    tables = [(run, *per_problem(run, key)) for run in [*runs, *other_runs]]
+    tables = [(run, *per_problem(run, key)) for run in runs]
+    tables += [(run, *per_problem(run, key, other_when)) for run in other_runs]
     first, first_set, first_values = tables[0]
     for run, name, values in tables[1:]:
         if name != first_set or values.keys() != first_values.keys():
@@ -255,6 +268,7 @@ class ArmRow:
     vs_reference: PairedDifference | None = None
     vs_placebo: PairedDifference | None = None
     process_vs_reference: PairedDifference | None = None
+    after_vs_before: PairedDifference | None = None
     decision: str = MISSING
     seeds: list[Any] = field(default_factory=list)
 
@@ -263,8 +277,16 @@ class ArmRow:
         return [v for run in self.runs if is_number(v := read(run))]
 
 
-def decide(row: ArmRow, reference: str, placebo_arms: set[str]) -> str:
+def decide(row: ArmRow, reference: str, placebo_arms: set[str], stable_arms: frozenset[str] = frozenset()) -> str:
     """The decision column (module docstring)."""
+    if row.label in stable_arms:
+        if row.after_vs_before is None:
+            return "undecided: no finished run" if not row.runs else "undecided: no after - before difference"
+        alarms = [alarm_steps(run) for run in row.runs]
+        if any(a is None for a in alarms):
+            return "undecided: alarm not recorded"
+        fired = any(alarms)
+        return "stable" if row.after_vs_before.ci_low >= -STABILITY_MARGIN and not fired else "not stable"
     if row.label == reference:
         return "reference"
     if row.label in placebo_arms and row.placebo is None:
@@ -278,9 +300,12 @@ def decide(row: ArmRow, reference: str, placebo_arms: set[str]) -> str:
     return "supported" if row.vs_reference.above_zero and row.vs_placebo.above_zero else "not supported"
 
 
-def compare_arms(variants: Sequence[Variant], reference: str, placebos: str = "", *, seed: int = 0) -> list[ArmRow]:
-    """Every arm against `reference` and against its placebo (`parse_placebos`), pooled over finished seeds; the
-    reference's row first, then the others in `variants` order.
+def compare_arms(
+    variants: Sequence[Variant], reference: str, placebos: str = "", *, seed: int = 0, stable: str = ""
+) -> list[ArmRow]:
+    """Every arm against `reference` and against its placebo (`parse_placebos`), pooled over finished seeds, and
+    against itself before training; the arms named in `stable` (comma-separated) are judged by stability instead
+    (module docstring). The reference's row first, then the others in `variants` order.
 
     Raises:
         ValueError: the reference or a named arm or placebo is no arm (the message lists the arms), the reference
@@ -306,19 +331,22 @@ def compare_arms(variants: Sequence[Variant], reference: str, placebos: str = ""
     if same := sorted(arm for arm, p in named.items() if arm == p):
         raise ValueError(f"--placebo: an arm cannot be its own placebo ({', '.join(same)})")
     placebo_arms = set(named.values()) | ({default} if default else set())
+    stable_arms = frozenset(find(a.strip(), "--stable").label for a in stable.split(",") if a.strip())
     for row in rows:
         row.seeds = [row.variant.seed_of(run) for run in row.runs]
         if row.label in named:
             row.placebo = named[row.label]
         elif row is not ref and row.label not in placebo_arms:
             row.placebo = default
+        if row.runs:
+            row.after_vs_before = pooled_difference(row.runs, row.runs, seeds=row.seeds, seed=seed, other_when="before")
         if row.runs and row is not ref:
             row.vs_reference = pooled_difference(row.runs, ref.runs, seeds=row.seeds, seed=seed)
             row.process_vs_reference = pooled_difference(row.runs, ref.runs, PROCESS_ACC, seeds=row.seeds, seed=seed)
             placebo = by_label[row.placebo] if row.placebo else None
             if placebo is not None and placebo.runs:
                 row.vs_placebo = pooled_difference(row.runs, placebo.runs, seeds=row.seeds, seed=seed)
-        row.decision = decide(row, ref.label, placebo_arms)
+        row.decision = decide(row, ref.label, placebo_arms, stable_arms)
     return [ref, *(row for row in rows if row is not ref)]
 
 
@@ -380,11 +408,13 @@ def format_arm_comparison(rows: Sequence[ArmRow], reference: str) -> str:
         "fixed and does not cover the spread over seeds: the per-seed columns give each seed's difference against "
         "the other arm's pooled values. Accuracy, ProcessAcc (the step oracle's, `oracle_process_reward`) and length "
         "(greedy, tokens) are the first evaluation set's after training, mean ± sample sd over finished seeds. Alarm: "
-        "the reward-accuracy divergence warning (`hacking/reward_accuracy_alarm`), the step(s) where it fired.",
+        "the reward-accuracy divergence warning (`hacking/reward_accuracy_alarm`), the step(s) where it fired. "
+        f"An arm judged by stability is **stable** when its own after − before interval does not lie below "
+        f"−{STABILITY_MARGIN:g} and the alarm fired in none of its runs.",
         "",
     ]
     header = [
-        "arm", "seeds", "accuracy", "ProcessAcc", "length", "wall time (s)",
+        "arm", "seeds", "accuracy", "ProcessAcc", "length", "wall time (s)", "Δacc after − before (pooled [95%])",
         f"Δacc vs {ref} (pooled [95%])", "per seed", "placebo", "Δacc vs placebo (pooled [95%])", "per seed",
         f"ΔProcessAcc vs {ref} (pooled [95%])", "alarm", "decision",
     ]  # fmt: skip
@@ -399,6 +429,7 @@ def format_arm_comparison(rows: Sequence[ArmRow], reference: str) -> str:
                 _mean_sd(row.values(_process_acc), n, 3),
                 _mean_sd(row.values(lambda r: _after(r, "mean_length")), n, 1),
                 _mean_sd(row.values(lambda r: r.get("wall_time_s")), n, 0),
+                _difference(row.after_vs_before),
                 _difference(row.vs_reference),
                 _per_seed(row.vs_reference),
                 row.placebo or MISSING,
@@ -409,5 +440,5 @@ def format_arm_comparison(rows: Sequence[ArmRow], reference: str) -> str:
                 f"**{row.decision}**" if row.decision == "supported" else row.decision,
             ]
         )
-    lines.append(markdown_table(header, table, align=["left", "left"] + ["right"] * 4 + ["left"] * 8))
+    lines.append(markdown_table(header, table, align=["left", "left"] + ["right"] * 4 + ["left"] * 9))
     return "\n".join(lines) + "\n"

@@ -350,6 +350,8 @@ def gain_check(build_dir: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, s
     pairs = datasets.load_dataset("parquet", data_files=str(build / "pairs.parquet"), split="train")
     students = [_short_name(s) for s in config["students"]]
     values = {"G": [r["utility"] for r in records], "mean_g": [float(np.mean(r["gains"])) for r in records]}
+    if len(set(students)) < len(students):  # two students' paths end alike: keep both, by index
+        students = [f"{s}:{name}" for s, name in enumerate(students)]
     values |= {f"g/{name}": [r["gains"][s] for r in records] for s, name in enumerate(students)}
     problem_ids = [r["problem_id"] for r in records]
     report: dict[str, Any] = {

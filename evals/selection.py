@@ -46,6 +46,7 @@ from procrl.data_builders.rollouts import RolloutRequest, RolloutStats, run_roll
 from procrl.evals.bestofn import parse_contrasts, parse_ks
 from procrl.evals.offline import OfflineConfig, Setup, accuracy, load_setup, sampling_params
 from procrl.evals.selection_scorers import (
+    SCORE_PASSES,
     SCORERS,
     Candidates,
     ScoringContext,
@@ -176,11 +177,21 @@ class SelectConfig(OfflineConfig):
         except ValueError as error:
             problems.append(str(error))
         try:
+            methods = {"random", "majority", "longest", "pass@k", *(["greedy"] if self.greedy else [])}
+            for s in scorers:
+                if s in SCORERS and (name := pass_of(s)) is not None:
+                    methods |= set(SCORE_PASSES[name][0])  # a pass writes all its columns
+                methods |= {s}
             for a, ka, b, kb in parse_contrasts(self.contrasts):
                 missing = [k for k in (ka, kb) if k not in self.k_list]
                 if missing:
                     problems.append(f"--contrasts {a}@{ka}-{b}@{kb}: k = {missing[0]} is not one of --ks {self.ks!r}")
-        except ValueError as error:
+                if unknown := [m for m in (a, b) if m not in methods]:
+                    problems.append(
+                        f"--contrasts {a}@{ka}-{b}@{kb}: no method {unknown[0]!r} in this run (it has "
+                        f"{', '.join(sorted(methods))})"
+                    )
+        except (ValueError, KeyError) as error:
             problems.append(str(error))
         if self.subsets < 1 or self.resamples < 1:
             problems.append(f"--subsets ({self.subsets}) and --resamples ({self.resamples}) must be >= 1")

@@ -191,6 +191,10 @@ def _mean(values: Sequence[float]) -> float | None:
     return mean if math.isfinite(mean) else None
 
 
+def _pass_mean_logprob(ctx: ScoringContext) -> dict[str, ScoreTable]:
+    return {"mean_logprob": [[_mean(lp) for lp in row] for row in ctx.candidates.logps]}  # the sampler's: no forward
+
+
 def _pass_certainty(ctx: ScoringContext) -> dict[str, ScoreTable]:
     config, s, c = ctx.config, ctx.setup, ctx.candidates
     pad = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else 0  # masked: its value is moot
@@ -202,7 +206,7 @@ def _pass_certainty(ctx: ScoringContext) -> dict[str, ScoreTable]:
             s.model, sequences, [len(prompt)] * len(i_row), pad_token_id=pad, batch_size=config.batch_size
         )
         certainty.append([_mean(v) for v in values])
-    return {"mean_logprob": [[_mean(lp) for lp in row] for row in c.logps], "self_certainty": certainty}
+    return {"self_certainty": certainty}
 
 
 # A score pass: context -> {column: table}; every column is also a scorer (the argmax of that column).
@@ -211,7 +215,8 @@ SCORE_PASSES: dict[str, tuple[tuple[str, ...], PassFunc]] = {
     "pum": (("pum",), _pass_pum),
     "picsar": (("picsar", "picsar_reasoning", "picsar_answer"), _pass_picsar),
     "pum_steps": (("pum_min", "pum_last", "pum_mean"), _pass_pum_steps),
-    "certainty": (("mean_logprob", "self_certainty"), _pass_certainty),
+    "mean_logprob": (("mean_logprob",), _pass_mean_logprob),
+    "certainty": (("self_certainty",), _pass_certainty),
 }
 
 # A pick rule: context -> one pick per problem (None: abstain); no scores.

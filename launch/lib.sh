@@ -4,6 +4,6 @@
 sft_checkpoint() {
   $PROCRL sft --config "$1" >&2
   local out
-  out=$(.venv/bin/python -c "import sys; from procrl.scripts.sft import make_parser; print(make_parser().parse_args_and_config(['--config', sys.argv[1]])[1].output_dir)" "$1")
-  .venv/bin/python -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
+  out=$("${PY:-.venv/bin/python}" -c "import sys; from procrl.scripts.sft import make_parser; print(make_parser().parse_args_and_config(['--config', sys.argv[1]])[1].output_dir)" "$1")
+  "${PY:-.venv/bin/python}" -c "import json, sys; print(json.load(open(sys.argv[1]))['result']['checkpoint'])" "$out/run.json"
 }

@@ -86,19 +86,20 @@ frs() {
 }
 
 grpo() {  # the organism's SFT checkpoint comes from the cache, as a fixed sweep parameter (procrl sweep --set)
-  local organism status=0 placebo=oracle_shuffled sweeps=(outputs/sweeps/process_rewards_organism)
+  local organism status=0 placebo=oracle_shuffled sweeps=(outputs/sweeps/process_rewards_organism) stable=()
   organism=$(sft_checkpoint configs/demo/sft_organism.yaml)
   launch/sweep.sh configs/sweeps/process_rewards_organism.yaml --set "model_name_or_path=$organism" || status=$?
   if [ -e "$PUM_MODEL" ]; then
     launch/sweep.sh configs/sweeps/process_rewards_organism_pum.yaml \
       --set "model_name_or_path=$organism" "pum_model=$PUM_MODEL" || status=$?
     sweeps+=(outputs/sweeps/process_rewards_organism_pum)
-    placebo="$placebo,pum_anchored=pum_shuffled,pum_mixed=pum_shuffled,pum_process=pum_shuffled"
+    placebo="$placebo,pum_anchored=pum_shuffled,pum_mixed=pum_shuffled"
+    stable=(--stable pum_process)  # process-only: judged by its own after - before and the alarm (pre-registered)
   else
     echo "grpo: no organism PUM at $PUM_MODEL (set PUM_MODEL): the PUM arms are left out" >&2
   fi
   # a failed variant is recorded and left out of the means; the report still runs, the exit status says it
-  $PROCRL report "${sweeps[@]}" --reference outcome --placebo "$placebo" --output-dir $OUT/process_rewards_organism \
+  $PROCRL report "${sweeps[@]}" --reference outcome --placebo "$placebo" "${stable[@]}" --output-dir $OUT/process_rewards_organism \
     --title "Process rewards in GRPO on the arith organism (issue 28 §3)"
   keep process_rewards_organism $OUT/process_rewards_organism/{report.md,curves.png}
   return $status
@@ -149,7 +150,7 @@ frs_arith() {
 }
 
 pum_arith() {
-  launch/pum_arith_organism.sh
+  OUT=outputs/pum_math/arith_organism PUM_OUT="$PUM_MODEL" launch/pum_arith_organism.sh
   keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json} \
     "$PUM_MODEL"/{run.json,pum_config.json}
 }

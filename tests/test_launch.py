@@ -140,7 +140,11 @@ def test_results_script_names_its_sections():
     """launch/results.sh (docs/results/README.md) refuses an unknown section with its usage line, exit 2, before
     running anything; the select config it reads parses."""
     done = subprocess.run(["bash", str(ROOT / "launch" / "results.sh"), "nope"], capture_output=True, text=True)
-    assert done.returncode == 2 and "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|pum_arith|grpo|arith" in done.stderr
+    assert (
+        done.returncode == 2
+        and "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|pum_arith|grpo|arith"
+        in done.stderr
+    )
     from procrl.scripts.select import make_parser
 
     (config,) = make_parser().parse_args_and_config(["--config", str(ROOT / "configs/results/select_svamp.yaml")])[:1]

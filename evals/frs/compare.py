@@ -24,7 +24,8 @@ rank 1 = highest; equal values share the better rank; a model without the value 
   resample for both models), and `frs_separates_paired`: the FRS@K difference interval excludes 0 while the accuracy
   difference interval contains 0 or lies inside ±`EQUIVALENCE` (issue 28's rule). None without traces.
 
-A run whose model is a path (a checkpoint directory) is labelled by its run directory's name in the tables.
+A pair whose runs answered different problems stays unpaired (`paired` None). A run whose model is an absolute path
+(a checkpoint directory) is labelled by its run directory's name in the tables.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def load_frs_run(path: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, seed
         values=values,
         intervals={k: (None if v is None else [float(v[0]), float(v[1])]) for k, v in intervals.items()},
         intervals_source=source,
-        label=run_dir.name if "/" in str(result["model"]) else str(result["model"]),
+        label=run_dir.name if Path(str(result["model"])).is_absolute() else str(result["model"]),
     )
 
 
@@ -302,7 +303,10 @@ def _compare_benchmark(
         paired = None
         if a.path in traces and b.path in traces:
             (ta, ca), (tb, cb) = traces[a.path], traces[b.path]
-            paired = paired_differences(ta, ca, tb, cb, [ACCURACY, key], resamples=resamples, seed=seed)
+            try:
+                paired = paired_differences(ta, ca, tb, cb, [ACCURACY, key], resamples=resamples, seed=seed)
+            except ValueError:  # other problems (e.g. another slice of the benchmark): unpaired, as before
+                paired = None
         pairs.append({
             "models": [a.label or a.model, b.label or b.model],
             "accuracy_order": acc_order,

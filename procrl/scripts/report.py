@@ -64,6 +64,7 @@ _VALUE_FLAGS = (
     "--metrics",
     "--reference",
     "--placebo",
+    "--stable",
 )  # their next word is their value
 _BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
 
@@ -109,6 +110,15 @@ class ReportArguments:
         },
     )
 
+    stable: str = field(
+        default="",
+        metadata={
+            "help": "arms judged by stability instead (comma-separated, e.g. pum_process): 'stable' when their own "
+            "after - before accuracy interval does not lie below -0.03 and the divergence alarm never fired; needs "
+            "--reference"
+        },
+    )
+
     @property
     def metric_patterns(self) -> list[str]:
         """`metrics` as a list of patterns ("a/*,b" -> ["a/*", "b"]; empty items dropped)."""
@@ -119,6 +129,8 @@ class ReportArguments:
             raise ValueError(
                 "give at least one RUN_DIR or a SWEEP_DIR: procrl report runs/sweeps/<name> (or --paths DIR ...)"
             )
+        if self.stable and not self.reference:
+            raise ValueError("--stable needs --reference ARM: the arms are compared in the paired comparison")
         if self.placebo and not self.reference:
             raise ValueError("--placebo needs --reference ARM: the paired comparison is against a reference arm")
         if self.title is not None and ("\n" in self.title or not self.title.strip()):
@@ -173,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     arms = ""
     if args.reference:
         try:
-            arms = format_arm_comparison(compare_arms(variants, args.reference, args.placebo), args.reference)
+            arms = format_arm_comparison(compare_arms(variants, args.reference, args.placebo, stable=args.stable), args.reference)
         except ValueError as error:
             usage_error(PROG, error)
             return 1

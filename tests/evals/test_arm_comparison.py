@@ -116,13 +116,14 @@ def test_compare_arms_rows_decisions_and_table():
     assert cells[2] == f"0.875 ± {math.sqrt(((1 - 0.875) ** 2 + (0.75 - 0.875) ** 2) / 1):.3f}"
     assert cells[3] == f"{(1.0 + 0.875) / 2:.3f} ± {math.sqrt(2 * (1.0 - 0.9375) ** 2):.3f}"
     assert cells[4] == "42.0 ± 2.8" and cells[5] == "130 ± 14"
-    assert cells[6].startswith("+0.375 [") and cells[6].endswith("(n=4, 2 vs 3 seeds)")
-    assert cells[7] == "s0 +0.500; s2 +0.250"
-    assert cells[12] == "fired in 1/2: s0 at step 10"
+    assert cells[6].startswith("+0.875 [")  # after - before: from all wrong (the records' default before)
+    assert cells[7].startswith("+0.375 [") and cells[7].endswith("(n=4, 2 vs 3 seeds)")
+    assert cells[8] == "s0 +0.500; s2 +0.250"
+    assert cells[13] == "fired in 1/2: s0 at step 10"
     shuffled = [c.strip() for c in table["oracle_shuffled"].strip("|").split(" | ")]
     assert shuffled[1] == "1 (s0)" and shuffled[2] == "0.250" and shuffled[3] == "–"  # one seed: no sd
-    assert shuffled[12] == "fired in 1/1: s0 at step 5, 15"
-    assert [c.strip() for c in table["outcome"].strip("|").split(" | ")][12] == "not recorded: s0, s1, s2"
+    assert shuffled[13] == "fired in 1/1: s0 at step 5, 15"
+    assert [c.strip() for c in table["outcome"].strip("|").split(" | ")][13] == "not recorded: s0, s1, s2"
 
 
 def test_supported_needs_both_intervals_above_zero():
@@ -188,3 +189,41 @@ def test_alarm_steps():
     assert alarm_steps({"history": [{"step": 5, ALARM_KEY: 1.0}, {"step": 10, ALARM_KEY: 0.0}]}) == [5]
     assert alarm_steps({"history": [{"step": 5, ALARM_KEY: 0.0}]}) == []
     assert alarm_steps({"history": []}) is None and alarm_steps({}) is None
+
+
+def test_after_minus_before_and_the_stability_rule():
+    """after - before per problem, pooled over seeds: seeds 0 and 1 of pum_process after [1, 1, 0, 0] and
+    [1, 0, 0, 0] from before [1, 1, 1, 0] -> per problem (1 + 1)/2 - 1 = 0, 0.5 - 1 = -0.5, -1, 0: mean -0.375."""
+    from procrl.evals.arm_comparison import STABILITY_MARGIN
+
+    before = [1, 1, 1, 0]
+    ref = [run("outcome", s, [1, 1, 1, 1], before=before, alarm=[0.0]) for s in (0, 1)]
+    falls = [run("pum_process", 0, [1, 1, 0, 0], before=before, alarm=[0.0]),
+             run("pum_process", 1, [1, 0, 0, 0], before=before, alarm=[0.0])]  # fmt: skip
+    rows = by_label(compare_arms(group_variants(ref + falls), "outcome", stable="pum_process"))
+    d = rows["pum_process"].after_vs_before
+    assert (d.n, d.diff) == (4, pytest.approx(-0.375))
+    assert (d.ci_low, d.ci_high) == pytest.approx(bootstrap_mean_interval([0.0, -0.5, -1.0, 0.0], seed=0))
+    assert rows["pum_process"].decision == "not stable"
+    assert rows["outcome"].after_vs_before.diff == pytest.approx(0.25)  # every arm gets the column
+    # the same arm holding its accuracy (interval [0, 0]) with a silent alarm is stable; a fired alarm is not
+    holds = [run("pum_process", s, before, before=before, alarm=[0.0, 0.0]) for s in (0, 1)]
+    assert by_label(compare_arms(group_variants(ref + holds), "outcome", stable="pum_process"))[
+        "pum_process"].decision == "stable"  # fmt: skip
+    fired = [run("pum_process", 0, before, before=before, alarm=[0.0, 1.0])]
+    assert by_label(compare_arms(group_variants(ref + fired), "outcome", stable="pum_process"))[
+        "pum_process"].decision == "not stable"  # fmt: skip
+    quiet = [run("pum_process", 0, before, before=before)]  # no alarm metric recorded
+    assert by_label(compare_arms(group_variants(ref + quiet), "outcome", stable="pum_process"))[
+        "pum_process"].decision == "undecided: alarm not recorded"  # fmt: skip
+    # a small drop inside the margin is still stable: 400 problems, 2 lost (mean -0.005; the bootstrap's low end
+    # needs 12 of the 2 losses' 400 draws to reach -0.03: far beyond its 2.5th percentile)
+    ids = [f"p{i}" for i in range(400)]
+    base = [run("outcome", 0, [1] * 400, ids=ids, before=[1] * 400, alarm=[0.0])]
+    small = [run("pum_process", 0, [0, 0] + [1] * 398, ids=ids, before=[1] * 400, alarm=[0.0])]
+    row = by_label(compare_arms(group_variants(base + small), "outcome", stable="pum_process"))["pum_process"]
+    assert row.after_vs_before.diff == pytest.approx(-0.005) and row.after_vs_before.ci_low > -STABILITY_MARGIN
+    assert row.decision == "stable"
+    with pytest.raises(ValueError, match="--stable 'nope' is no arm"):
+        compare_arms(group_variants(ref + holds), "outcome", stable="nope")
+    assert "Δacc after − before" in format_arm_comparison(list(rows.values()), "outcome")

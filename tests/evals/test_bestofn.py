@@ -319,7 +319,9 @@ def test_paired_contrasts_by_hand(samples):
     from procrl.evals.bestofn import parse_contrasts
     from procrl.evals.stats import bootstrap_mean_interval
 
-    result = bestofn_curves(samples, [2, 4], subsets=8, resamples=200, contrasts=parse_contrasts("longest@4-majority@4"))
+    result = bestofn_curves(
+        samples, [2, 4], subsets=8, resamples=200, contrasts=parse_contrasts("longest@4-majority@4")
+    )
     (contrast,) = result["contrasts"]
     assert contrast["name"] == "longest@4-majority@4" and contrast["problems"] == 3
     assert (contrast["first"], contrast["second"], contrast["diff"]) == pytest.approx((2 / 3, 1 / 3, 1 / 3))

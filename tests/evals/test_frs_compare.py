@@ -195,6 +195,7 @@ def test_pairs_with_judged_traces_get_paired_differences(tmp_path):
     """Two models with the same right/wrong traces on the same problems (accuracy difference exactly 0), the second
     judged one point lower everywhere (RS -25): the paired FRS@10 difference is +25 with a zero-width interval, so
     FRS separates the pair and accuracy does not. A run without traces leaves its pairs unpaired."""
+
     def traces(score):
         return [
             Trace(f"p{p}", "q", f"t{p}{j}", "1", j % 2 == 0, 0.9 - 0.01 * (4 * p + j), 10,

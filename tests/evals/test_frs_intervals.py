@@ -228,9 +228,10 @@ def test_procrl_frs_without_bootstrap(monkeypatch, tmp_path, capsys):
     with pytest.raises(ValueError, match="--bootstrap-resamples must be >= 0"):
         frs_offline.OfflineFRSConfig(bootstrap_resamples=-1, generation_backend="transformers")
     result = fake_run(monkeypatch, tmp_path, resamples=0)
-    assert intervals_from_result(result, TRACES, resamples=100).to_dict() == frs_intervals(
-        TRACES, CONFIG, resamples=100, seed=0
-    ).to_dict()  # the intervals such a run lacks, from its judged traces (procrl frs compare does so)
+    assert (
+        intervals_from_result(result, TRACES, resamples=100).to_dict()
+        == frs_intervals(TRACES, CONFIG, resamples=100, seed=0).to_dict()
+    )  # the intervals such a run lacks, from its judged traces (procrl frs compare does so)
 
 
 # --- paired differences between two models on the same problems (issue 28 §4) -------------------------------------

@@ -122,7 +122,7 @@ def test_scorer_registry_keeps_its_names_and_order():
     assert passes == {"pum": "pum", "picsar": "picsar", "majority": None, "random": None,
                       "picsar_reasoning": "picsar", "picsar_answer": "picsar",
                       "pum_min": "pum_steps", "pum_last": "pum_steps", "pum_mean": "pum_steps",
-                      "mean_logprob": "certainty", "self_certainty": "certainty"}  # fmt: skip
+                      "mean_logprob": "mean_logprob", "self_certainty": "certainty"}  # fmt: skip
     with pytest.raises(ValueError, match="unknown scorer 'oracle'"):
         pass_of("oracle")
 
@@ -297,7 +297,10 @@ def test_certainty_pass_by_hand_and_against_an_independent_forward(tokenizer, ti
     real = selection_scorers.sequence_self_certainty
     monkeypatch.setattr(selection_scorers, "sequence_self_certainty", lambda *a, **k: calls.append(1) or real(*a, **k))
     picks, scores = score_candidates(ctx, ctx.config.scorers)
-    assert list(scores) == ["mean_logprob", "self_certainty"] and len(calls) == len(QUESTIONS)  # one pass, both
+    assert sorted(scores) == ["mean_logprob", "self_certainty"] and len(calls) == len(QUESTIONS)  # one forward each
+    alone = ScoringContext(_config(scorer="mean_logprob"), ctx.setup, c)
+    assert list(score_candidates(alone, ["mean_logprob"])[1]) == ["mean_logprob"]
+    assert len(calls) == len(QUESTIONS)  # mean_logprob alone reads the sampler's log-probs: no forward pass
     for p, prompt in enumerate(prompt_ids):
         for i, ids in enumerate(c.ids[p]):
             if not ids:  # the empty completion: no token to average over

@@ -54,12 +54,12 @@ def test_the_paired_comparison_across_two_sweeps(sweeps, tmp_path, capsys):
     assert list(rows) == ["outcome", "oracle", "oracle_shuffled", "pum_mixed", "pum_shuffled"]  # the reference first
     oracle, pum = rows["oracle"], rows["pum_mixed"]
     low, high = bootstrap_mean_interval([1.0] * 10 + [0.0] * 10, seed=0)  # all right against half right
-    assert oracle[6] == f"+0.500 [{low:+.3f}, {high:+.3f}] (n=20, 3 vs 3 seeds)"
-    assert oracle[8] == "oracle_shuffled" and oracle[9].startswith("+1.000 [+1.000, +1.000]")
-    assert oracle[12] == "fired in 0/3" and oracle[13] == "**supported**"
-    assert pum[1] == "2 (s0, s1)" and pum[8] == "pum_shuffled" and pum[13] == "not supported"  # below its placebo
-    assert pum[9].startswith("-0.250 [") and pum[10] == "s0 -0.250; s1 -0.250"
-    assert rows["outcome"][13] == "reference" and rows["pum_shuffled"][13] == "placebo"
+    assert oracle[7] == f"+0.500 [{low:+.3f}, {high:+.3f}] (n=20, 3 vs 3 seeds)"
+    assert oracle[9] == "oracle_shuffled" and oracle[10].startswith("+1.000 [+1.000, +1.000]")
+    assert oracle[13] == "fired in 0/3" and oracle[14] == "**supported**"
+    assert pum[1] == "2 (s0, s1)" and pum[9] == "pum_shuffled" and pum[14] == "not supported"  # below its placebo
+    assert pum[10].startswith("-0.250 [") and pum[11] == "s0 -0.250; s1 -0.250"
+    assert rows["outcome"][14] == "reference" and rows["pum_shuffled"][14] == "placebo"
 
 
 def test_errors(sweeps, tmp_path, capsys):

@@ -237,6 +237,13 @@ def test_select_ks_must_fit_n():
         SelectConfig(scorer="picsar,majority", n=16, ks="6", contrasts="picsar@6-majority@16")
     with pytest.raises(ValueError, match="write METHOD@K-METHOD@K"):
         SelectConfig(scorer="majority", n=16, ks="6", contrasts="majority")
+    with pytest.raises(ValueError, match="no method 'picsar' in this run"):  # a typo fails before any sampling
+        SelectConfig(scorer="majority", n=16, ks="6,16", contrasts="picsar@6-majority@16")
+    # every column of a requested pass, the baselines and greedy (with --greedy) are methods
+    SelectConfig(scorer="picsar,majority", n=16, ks="6,16", greedy=True,
+                 contrasts="picsar_answer@6-longest@16,greedy@6-pass@k@16")  # fmt: skip
+    with pytest.raises(ValueError, match="no method 'greedy'"):
+        SelectConfig(scorer="majority", n=16, ks="6,16", contrasts="greedy@6-majority@16")
     with pytest.raises(ValueError, match="--subsets"):
         SelectConfig(scorer="random", subsets=0)
 
