@@ -31,7 +31,7 @@ for policy in $POLICIES; do
     smollm2) calibrate smollm2 default one_shot vllm "$N_LM" $D2 ;;
     gemma) calibrate gemma gemma3-270m one_shot vllm "$N_LM" $D2 ;;
     smollm2_sft) calibrate smollm2_sft "$(sft_checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
-    smollm2_sft_corrupted) calibrate smollm2_sft_corrupted "$(sft_checkpoint configs/sft/smollm2_corrupted.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
+    smollm2_sft_corrupted) calibrate smollm2_sft_corrupted "$(sft_checkpoint configs/sft/smollm2_corrupted.yaml)" "{question}" vllm "$N_LM" arith-ops2-d2-test arith-ops3-d2-test ;;  # the clean row's ops4 is at 0.08
     smollm2_sft_20) calibrate smollm2_sft_20 "$(sft_checkpoint configs/sft/smollm2_clean_short.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
     *) echo "unknown policy $policy" >&2; exit 2 ;;
   esac
