@@ -27,6 +27,7 @@ COMMANDS = {
     "procrl.scripts.sweep": ("procrl sweep", ["s.yaml"]),
     "procrl.scripts.sft": ("procrl sft", []),
     "procrl.scripts.calibrate": ("procrl calibrate", []),
+    "procrl.scripts.pum_gain_check": ("procrl pum-gain-check", ["outputs/pum_math/x"]),
     "procrl.scripts.demo": ("train_grpo.py", []),  # the demo's flags go to its GRPO stage, checked before stage 1
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
@@ -46,6 +47,7 @@ REFUSED = {
     "procrl.scripts.sft": (["--solution_column", ""], "solution_column must name the column"),
     "procrl.scripts.calibrate": (["--num-samples", "4"], "pass@8 needs at least 8 samples"),
     "procrl.scripts.demo": (["--task", "chess"], "task='chess' must be one of"),
+    "procrl.scripts.pum_gain_check": (["--resamples", "-1"], "--resamples must be >= 0, got -1"),
 }
 
 
