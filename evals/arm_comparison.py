@@ -20,7 +20,8 @@ a value on either side is left out of n. The interval holds the problems fixed: 
 seeds, which the seeds' own differences show.
 
 **Decision** (`decide`): an arm is "supported" only when its pooled accuracy interval against the reference AND
-against its placebo both lie above 0 (low end > 0); "not supported" otherwise; undecided ("no placebo arm", "no
+against its placebo both lie above 0 (low end > 0) — or its ProcessAcc intervals, with `decide_on="process"`
+(issue 28 §3 from the corrupted-step warm start, whose deficit is in its steps); "not supported" otherwise; undecided ("no placebo arm", "no
 finished run") when either comparison is missing. The reference is "reference", a placebo arm "placebo".
 
 **Stability** (`--stable ARM`, issue 28's process-only arm): the arm's own after − before difference (per problem,
@@ -52,6 +53,7 @@ from procrl.experiment.tracking import is_number
 __all__ = [
     "ALARM_KEY",
     "ArmRow",
+    "DECIDE_ON",
     "PROCESS_ACC",
     "STABILITY_MARGIN",
     "PairedDifference",
@@ -68,6 +70,7 @@ __all__ = [
 ACCURACY = "correct"  # the per-problem key of greedy correctness (1.0 / 0.0 / None)
 PROCESS_ACC = "oracle_process_reward"  # the step oracle's ProcessAcc as the evaluation records it per problem
 ALARM_KEY = "hacking/reward_accuracy_alarm"
+DECIDE_ON = ("accuracy", "process")  # what `decide` reads: greedy accuracy or ProcessAcc
 STABILITY_MARGIN = 0.03  # "stable": the after - before interval does not lie below -0.03 (issue 28 §3)
 
 
@@ -268,6 +271,7 @@ class ArmRow:
     vs_reference: PairedDifference | None = None
     vs_placebo: PairedDifference | None = None
     process_vs_reference: PairedDifference | None = None
+    process_vs_placebo: PairedDifference | None = None
     after_vs_before: PairedDifference | None = None
     decision: str = MISSING
     seeds: list[Any] = field(default_factory=list)
@@ -277,8 +281,14 @@ class ArmRow:
         return [v for run in self.runs if is_number(v := read(run))]
 
 
-def decide(row: ArmRow, reference: str, placebo_arms: set[str], stable_arms: frozenset[str] = frozenset()) -> str:
-    """The decision column (module docstring)."""
+def decide(
+    row: ArmRow,
+    reference: str,
+    placebo_arms: set[str],
+    stable_arms: frozenset[str] = frozenset(),
+    decide_on: str = "accuracy",
+) -> str:
+    """The decision column (module docstring); `decide_on` is "accuracy" or "process" (ProcessAcc)."""
     if row.label in stable_arms:
         if row.after_vs_before is None:
             return "undecided: no finished run" if not row.runs else "undecided: no after - before difference"
@@ -295,22 +305,37 @@ def decide(row: ArmRow, reference: str, placebo_arms: set[str], stable_arms: fro
         return "undecided: no finished run"
     if row.placebo is None:
         return "undecided: no placebo arm"
-    if row.vs_reference is None or row.vs_placebo is None:
+    pair = (
+        (row.process_vs_reference, row.process_vs_placebo)
+        if decide_on == "process"
+        else (row.vs_reference, row.vs_placebo)
+    )
+    if None in pair:
         return "undecided: a comparison is missing"
-    return "supported" if row.vs_reference.above_zero and row.vs_placebo.above_zero else "not supported"
+    return "supported" if all(d.above_zero for d in pair) else "not supported"
 
 
 def compare_arms(
-    variants: Sequence[Variant], reference: str, placebos: str = "", *, seed: int = 0, stable: str = ""
+    variants: Sequence[Variant],
+    reference: str,
+    placebos: str = "",
+    *,
+    seed: int = 0,
+    stable: str = "",
+    decide_on: str = "accuracy",
 ) -> list[ArmRow]:
     """Every arm against `reference` and against its placebo (`parse_placebos`), pooled over finished seeds, and
     against itself before training; the arms named in `stable` (comma-separated) are judged by stability instead
-    (module docstring). The reference's row first, then the others in `variants` order.
+    (module docstring). Decisions on greedy accuracy, or on ProcessAcc with `decide_on="process"`. The reference's
+    row first, then the others in `variants` order.
 
     Raises:
         ValueError: the reference or a named arm or placebo is no arm (the message lists the arms), the reference
-            has no finished run, or `pooled_difference`'s errors (runs that evaluated other problems).
+            has no finished run, `decide_on` is not "accuracy" or "process", or `pooled_difference`'s errors (runs
+            that evaluated other problems).
     """
+    if decide_on not in DECIDE_ON:
+        raise ValueError(f"decide_on={decide_on!r}: use one of {', '.join(DECIDE_ON)}")
     labels = arm_labels(variants)
     rows = [ArmRow(label, v, v.finished) for label, v in zip(labels, variants, strict=True)]
     by_label = {row.label: row for row in rows}
@@ -346,7 +371,10 @@ def compare_arms(
             placebo = by_label[row.placebo] if row.placebo else None
             if placebo is not None and placebo.runs:
                 row.vs_placebo = pooled_difference(row.runs, placebo.runs, seeds=row.seeds, seed=seed)
-        row.decision = decide(row, ref.label, placebo_arms, stable_arms)
+                row.process_vs_placebo = pooled_difference(
+                    row.runs, placebo.runs, PROCESS_ACC, seeds=row.seeds, seed=seed
+                )
+        row.decision = decide(row, ref.label, placebo_arms, stable_arms, decide_on)
     return [ref, *(row for row in rows if row is not ref)]
 
 
@@ -394,13 +422,14 @@ def _alarm(row: ArmRow) -> str:
     return "; ".join(parts + ([f"not recorded: {', '.join(unknown)}"] if unknown else [])) or MISSING
 
 
-def format_arm_comparison(rows: Sequence[ArmRow], reference: str) -> str:
-    """The markdown section of `compare_arms`' rows: the rule, then one row per arm."""
+def format_arm_comparison(rows: Sequence[ArmRow], reference: str, decide_on: str = "accuracy") -> str:
+    """The markdown section of `compare_arms`' rows (decided on `decide_on`): the rule, then one row per arm."""
     ref = next((r.label for r in rows if r.decision == "reference"), reference)
+    metric = "ProcessAcc" if decide_on == "process" else "greedy accuracy"
     lines = [
         f"## Paired comparison against `{ref}` and the placebos",
         "",
-        f"Decision rule: an arm is **supported** only when its pooled paired difference in greedy accuracy against "
+        f"Decision rule: an arm is **supported** only when its pooled paired difference in {metric} against "
         f"the reference arm `{ref}` AND against its placebo arm both have 95% intervals entirely above 0; otherwise "
         "not supported, or undecided when a comparison is missing. Pooled: per evaluation problem, the arm's mean "
         "correctness over its finished seeds minus the other arm's over its finished seeds, averaged over problems, "
@@ -416,7 +445,7 @@ def format_arm_comparison(rows: Sequence[ArmRow], reference: str) -> str:
     header = [
         "arm", "seeds", "accuracy", "ProcessAcc", "length", "wall time (s)", "Δacc after − before (pooled [95%])",
         f"Δacc vs {ref} (pooled [95%])", "per seed", "placebo", "Δacc vs placebo (pooled [95%])", "per seed",
-        f"ΔProcessAcc vs {ref} (pooled [95%])", "alarm", "decision",
+        f"ΔProcessAcc vs {ref} (pooled [95%])", "ΔProcessAcc vs placebo (pooled [95%])", "alarm", "decision",
     ]  # fmt: skip
     table = []
     for row in rows:
@@ -436,9 +465,10 @@ def format_arm_comparison(rows: Sequence[ArmRow], reference: str) -> str:
                 _difference(row.vs_placebo),
                 _per_seed(row.vs_placebo),
                 _difference(row.process_vs_reference),
+                _difference(row.process_vs_placebo),
                 _alarm(row),
                 f"**{row.decision}**" if row.decision == "supported" else row.decision,
             ]
         )
-    lines.append(markdown_table(header, table, align=["left", "left"] + ["right"] * 4 + ["left"] * 9))
+    lines.append(markdown_table(header, table, align=["left", "left"] + ["right"] * 4 + ["left"] * 10))
     return "\n".join(lines) + "\n"

@@ -11,6 +11,7 @@
 #   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students, gain check, PUM)
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
+#   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
 #   launch/results.sh arith         # the issue 28 sections above, in this order
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
 # What docs/results/README.md publishes is the default: SmolLM2 as the policy. The issue's second policy and the
@@ -105,6 +106,17 @@ grpo() {  # the organism's SFT checkpoint comes from the cache, as a fixed sweep
   return $status
 }
 
+grpo_corrupted() {  # §3's oracle arms from the corrupted-step organism (pre-registered: decided on ProcessAcc)
+  local sweep=outputs/sweeps/process_rewards_organism_corrupted status=0
+  launch/sweep.sh configs/sweeps/process_rewards_organism.yaml --output-dir $sweep \
+    --set "model_name_or_path=$(sft_checkpoint configs/sft/organism_corrupted.yaml)" || status=$?
+  $PROCRL report $sweep --reference outcome --placebo oracle_shuffled --decide-on process \
+    --output-dir $OUT/process_rewards_organism_corrupted \
+    --title "Process rewards in GRPO from the corrupted-step organism (issue 28 §3)"
+  keep process_rewards_organism_corrupted $OUT/process_rewards_organism_corrupted/{report.md,curves.png}
+  return $status
+}
+
 stepgap() {
   $PROCRL stepgap-eval --llm-only --bootstrap-resamples 1000 --output-dir $OUT/stepgap_decomposability
   keep stepgap_decomposability $OUT/stepgap_decomposability/{table.md,metrics.png,run.json}
@@ -156,8 +168,8 @@ pum_arith() {
 }
 
 case "${1:-}" in
-  bestofn|frs|stepgap|picsar_arith|frs_arith|pum_arith|grpo) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith|pum_arith|grpo|grpo_corrupted) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith; pum_arith; grpo ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|pum_arith|grpo|arith" >&2; exit 2 ;;
+  arith) picsar_arith; frs_arith; pum_arith; grpo; grpo_corrupted ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|pum_arith|grpo|grpo_corrupted|arith" >&2; exit 2 ;;
 esac

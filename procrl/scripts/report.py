@@ -24,7 +24,7 @@ With `--reference ARM` (GRPO sweeps, issue 28 §3) `report.md` also gets the pai
 the pooled paired difference in accuracy (per problem, the arm's mean over seeds minus the other arm's, bootstrap 95%
 over problems) and each seed's, against the reference and against the arm's placebo (`--placebo PLACEBO` for every
 arm, `ARM=PLACEBO` for one, comma-separated); whether the reward-accuracy divergence alarm fired; and the decision:
-"supported" only when both intervals lie above 0. An arm is named by its config's stem without the arms' common
+"supported" only when both intervals lie above 0 (`--decide-on process`: the ProcessAcc intervals). An arm is named by its config's stem without the arms' common
 prefix (`arith_organism_oracle` -> `oracle`) or by its variant name. Runs that evaluated other problems are an error.
 
 Runs that did not finish are included by default and marked in the `status` column: an interrupted sweep's partial
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.evals.arm_comparison import compare_arms, format_arm_comparison
+from procrl.evals.arm_comparison import DECIDE_ON, compare_arms, format_arm_comparison
 from procrl.evals.run_report import format_report, format_table, group_variants, plot_curves
 from procrl.experiment.run_records import load_runs, sweep_metric
 from procrl.scripts._common import (
@@ -65,6 +65,8 @@ _VALUE_FLAGS = (
     "--reference",
     "--placebo",
     "--stable",
+    "--decide_on",
+    "--decide-on",
 )  # their next word is their value
 _BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
 
@@ -118,6 +120,13 @@ class ReportArguments:
             "--reference"
         },
     )
+    decide_on: str = field(
+        default="accuracy",
+        metadata={
+            "help": "what the paired comparison's decision reads: accuracy (greedy) or process (the step oracle's "
+            "ProcessAcc, e.g. from the corrupted-step organism); needs --reference"
+        },
+    )
 
     @property
     def metric_patterns(self) -> list[str]:
@@ -131,6 +140,10 @@ class ReportArguments:
             )
         if self.stable and not self.reference:
             raise ValueError("--stable needs --reference ARM: the arms are compared in the paired comparison")
+        if self.decide_on not in DECIDE_ON:
+            raise ValueError(f"--decide-on {self.decide_on!r}: use one of {', '.join(DECIDE_ON)}")
+        if self.decide_on != "accuracy" and not self.reference:
+            raise ValueError("--decide-on needs --reference ARM: it sets what the paired comparison decides on")
         if self.placebo and not self.reference:
             raise ValueError("--placebo needs --reference ARM: the paired comparison is against a reference arm")
         if self.title is not None and ("\n" in self.title or not self.title.strip()):
@@ -185,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     arms = ""
     if args.reference:
         try:
-            arms = format_arm_comparison(compare_arms(variants, args.reference, args.placebo, stable=args.stable), args.reference)
+            rows = compare_arms(variants, args.reference, args.placebo, stable=args.stable, decide_on=args.decide_on)
+            arms = format_arm_comparison(rows, args.reference, args.decide_on)
         except ValueError as error:
             usage_error(PROG, error)
             return 1

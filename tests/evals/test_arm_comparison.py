@@ -119,11 +119,11 @@ def test_compare_arms_rows_decisions_and_table():
     assert cells[6].startswith("+0.875 [")  # after - before: from all wrong (the records' default before)
     assert cells[7].startswith("+0.375 [") and cells[7].endswith("(n=4, 2 vs 3 seeds)")
     assert cells[8] == "s0 +0.500; s2 +0.250"
-    assert cells[13] == "fired in 1/2: s0 at step 10"
+    assert cells[14] == "fired in 1/2: s0 at step 10"
     shuffled = [c.strip() for c in table["oracle_shuffled"].strip("|").split(" | ")]
     assert shuffled[1] == "1 (s0)" and shuffled[2] == "0.250" and shuffled[3] == "–"  # one seed: no sd
-    assert shuffled[13] == "fired in 1/1: s0 at step 5, 15"
-    assert [c.strip() for c in table["outcome"].strip("|").split(" | ")][13] == "not recorded: s0, s1, s2"
+    assert shuffled[14] == "fired in 1/1: s0 at step 5, 15"
+    assert [c.strip() for c in table["outcome"].strip("|").split(" | ")][14] == "not recorded: s0, s1, s2"
 
 
 def test_supported_needs_both_intervals_above_zero():
@@ -140,6 +140,25 @@ def test_supported_needs_both_intervals_above_zero():
     assert rows["oracle"].decision == "supported"
     rows = by_label(compare_arms(group_variants(ref + arm), "outcome"))
     assert rows["oracle"].decision == "undecided: no placebo arm" and rows["oracle"].vs_reference is not None
+
+
+def test_decide_on_process_reads_the_processacc_intervals():
+    """`decide_on="process"` (issue 28 §3 from the corrupted warm start): the same accuracy in every arm, ProcessAcc
+    higher in the oracle arm than in the reference and the placebo -> supported on ProcessAcc, not on accuracy."""
+    ids = [f"p{i}" for i in range(40)]
+    ref = [run("outcome", s, [1] * 40, [0.5] * 40, ids=ids) for s in (0, 1)]
+    arm = [run("oracle", s, [1] * 40, [1.0] * 40, ids=ids) for s in (0, 1)]
+    placebo = [run("oracle_shuffled", s, [1] * 40, [0.5] * 40, ids=ids) for s in (0, 1)]
+    variants = group_variants(ref + arm + placebo)
+    assert by_label(compare_arms(variants, "outcome", "oracle_shuffled"))["oracle"].decision == "not supported"
+    rows = by_label(compare_arms(variants, "outcome", "oracle_shuffled", decide_on="process"))
+    oracle = rows["oracle"]
+    assert oracle.process_vs_placebo.diff == pytest.approx(0.5) == oracle.process_vs_reference.diff
+    assert oracle.decision == "supported"
+    text = format_arm_comparison(list(rows.values()), "outcome", "process")
+    assert "paired difference in ProcessAcc against" in text
+    with pytest.raises(ValueError, match="decide_on='steps'"):
+        compare_arms(variants, "outcome", decide_on="steps")
 
 
 def test_arm_names_and_errors():

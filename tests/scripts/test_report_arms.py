@@ -56,10 +56,10 @@ def test_the_paired_comparison_across_two_sweeps(sweeps, tmp_path, capsys):
     low, high = bootstrap_mean_interval([1.0] * 10 + [0.0] * 10, seed=0)  # all right against half right
     assert oracle[7] == f"+0.500 [{low:+.3f}, {high:+.3f}] (n=20, 3 vs 3 seeds)"
     assert oracle[9] == "oracle_shuffled" and oracle[10].startswith("+1.000 [+1.000, +1.000]")
-    assert oracle[13] == "fired in 0/3" and oracle[14] == "**supported**"
-    assert pum[1] == "2 (s0, s1)" and pum[9] == "pum_shuffled" and pum[14] == "not supported"  # below its placebo
+    assert oracle[14] == "fired in 0/3" and oracle[15] == "**supported**"
+    assert pum[1] == "2 (s0, s1)" and pum[9] == "pum_shuffled" and pum[15] == "not supported"  # below its placebo
     assert pum[10].startswith("-0.250 [") and pum[11] == "s0 -0.250; s1 -0.250"
-    assert rows["outcome"][14] == "reference" and rows["pum_shuffled"][14] == "placebo"
+    assert rows["outcome"][15] == "reference" and rows["pum_shuffled"][15] == "placebo"
 
 
 def test_errors(sweeps, tmp_path, capsys):
@@ -69,6 +69,10 @@ def test_errors(sweeps, tmp_path, capsys):
     assert err == "procrl report: error: --reference 'nope' is no arm; the arms are oracle, oracle_shuffled, outcome"
     assert main([str(sweeps[0]), "--placebo", "oracle_shuffled", *out]) == 2
     assert "--placebo needs --reference" in capsys.readouterr().err
+    assert main([str(sweeps[0]), "--decide-on", "process", *out]) == 2
+    assert "--decide-on needs --reference" in capsys.readouterr().err
+    assert main([str(sweeps[0]), "--reference", "outcome", "--decide-on", "steps", *out]) == 2
+    assert "--decide-on 'steps': use one of accuracy, process" in capsys.readouterr().err
     other = sweeps[0] / "config=arith_organism_oracle,seed=0" / "run.json"
     record = json.loads(other.read_text())
     record["result"]["after"][0]["problems"][0]["problem_id"] = "elsewhere"
