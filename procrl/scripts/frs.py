@@ -71,6 +71,12 @@ comparison, `procrl.evals.frs.compare.compare_runs`; `metrics`: `frs_compare/run
 `.../inverted_beyond_intervals`, `.../frs_separates`, counts of pairs). A missing or unfinished run, two runs of the
 same (model, benchmark), or a K a run lacks: one error line, exit status 2, nothing written. The library:
 `procrl.evals.frs.compare`.
+
+Agreement (`procrl frs agreement RUN_DIR... --output-dir D [--reference RUN_DIR]`; issue 28 §4): how far each run's
+judge agrees with the step oracle's judge on that run's own judged traces (arith tasks: their `gold_steps`), or
+with another run's judge on the traces both scored: Spearman's ρ on RS with a bootstrap interval over problems,
+Cohen's κ per dimension, mean RS of both and the judge's modal-RS share (`procrl.evals.frs.agreement`). Writes
+`agreement.md` (also printed) and `run.json` (command "frs agreement"; `result`: per run its agreement).
 """
 
 from __future__ import annotations
@@ -82,6 +88,7 @@ from pathlib import Path
 from trl import TrlParser
 
 from procrl.evals.frs import FRSArguments, FRSReport
+from procrl.evals.frs.agreement import format_agreement, judge_agreement, oracle_reference, read_judged
 from procrl.evals.frs.compare import build_comparison, format_table, write_comparison
 from procrl.evals.frs.intervals import accuracy_key, frs_key
 from procrl.evals.frs.offline import OfflineFRSConfig, run_frs
@@ -97,16 +104,19 @@ from procrl.scripts._common import (
     usage_error,
 )
 
-__all__ = ["FRSCompareArguments", "main", "make_compare_parser", "make_parser", "runs_as_flag"]
+__all__ = ["FRSAgreementArguments", "FRSCompareArguments", "main", "make_compare_parser", "make_parser", "runs_as_flag"]
 
 COMPARE = "compare"  # the first word of the comparison mode
 COMPARE_PROG = "procrl frs compare"
+AGREEMENT = "agreement"  # the first word of the agreement mode
+AGREEMENT_PROG = "procrl frs agreement"
+AGREEMENT_FILE = "agreement.md"
 # the comparison's flags whose next word is their value (so it is not taken for a run directory)
 _VALUE_FLAGS = {
     f"--{name}{sep}{rest}"
     for name, rest in (("output", "dir"), ("bootstrap", "resamples"), ("report", "to"))
     for sep in ("-", "_")
-} | {"--k", "--seed", "--config"}
+} | {"--k", "--seed", "--config", "--reference"}
 
 
 @dataclass
@@ -135,6 +145,30 @@ class FRSCompareArguments:
             raise ValueError("--output-dir DIR is required (where table.md and run.json go)")
         if self.k is not None and not 0 < self.k <= 100:
             raise ValueError(f"--k must be a percentage in (0, 100], got {self.k:g}")
+        if self.bootstrap_resamples < 0:
+            raise ValueError(f"--bootstrap-resamples must be >= 0 (0 = none), got {self.bootstrap_resamples}")
+
+
+@dataclass
+class FRSAgreementArguments:
+    """The flags of `procrl frs agreement` (module docstring)."""
+
+    runs: list[str] = field(default_factory=list, metadata={"help": "output directories of `procrl frs` runs"})
+    output_dir: str | None = field(default=None, metadata={"help": "where agreement.md and run.json go"})
+    reference: str = field(
+        default="oracle",
+        metadata={"help": "oracle (the step oracle's judge on each run's own traces) or a `procrl frs` run directory"},
+    )
+    bootstrap_resamples: int = field(
+        default=BOOTSTRAP_RESAMPLES, metadata={"help": "bootstrap draws for ρ's interval over problems; 0 = none"}
+    )
+    seed: int = field(default=0, metadata={"help": "seed of those draws"})
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("give at least one run: procrl frs agreement RUN_DIR --output-dir DIR")
+        if not self.output_dir:
+            raise ValueError("--output-dir DIR is required (where agreement.md and run.json go)")
         if self.bootstrap_resamples < 0:
             raise ValueError(f"--bootstrap-resamples must be >= 0 (0 = none), got {self.bootstrap_resamples}")
 
@@ -176,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == [COMPARE]:
         return compare(argv[1:])
+    if argv[:1] == [AGREEMENT]:
+        return agreement(argv[1:])
     configure_logging()
     parsed = parse_or_exit(make_parser(), argv)  # the dataclasses' __post_init__, an unknown flag or --config key
     if parsed is None:
@@ -216,6 +252,46 @@ def compare(argv: list[str]) -> int:
     print(f"run record: {out / RUN_FILE}")
     for role, name in files.items():
         print(f"{role}: {out / name}")
+    return 0
+
+
+def agreement(argv: list[str]) -> int:
+    """Run `procrl frs agreement` (module docstring); returns the exit status (0, or 2 on bad arguments or runs)."""
+    parser = TrlParser(
+        (FRSAgreementArguments, TrackingArguments),
+        prog=AGREEMENT_PROG,
+        description=__doc__,
+        formatter_class=HelpFormatter,
+    )
+    parsed = parse_or_exit(parser, runs_as_flag(argv))
+    if parsed is None:
+        return EXIT_USAGE
+    args, tracking = parsed
+    configure_logging()
+    try:  # every run is read and checked before anything is written
+        reference = None if args.reference == "oracle" else read_judged(args.reference)
+        rows = []
+        for run_dir in args.runs:
+            judged = read_judged(run_dir)
+            ref = oracle_reference(judged) if reference is None else reference
+            result = judge_agreement(judged, ref, resamples=args.bootstrap_resamples, seed=args.seed)
+            rows.append((Path(run_dir).name, result))
+    except (FileNotFoundError, ValueError) as error:
+        return usage_error(AGREEMENT_PROG, error)
+    table = format_agreement(rows)
+    out = Path(args.output_dir)
+    with track_run(
+        out, command="frs agreement", argv=[AGREEMENT, *argv], configs=parsed, report_to=tracking.report_to
+    ) as run:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / AGREEMENT_FILE).write_text(f"Judge agreement with the reference ({args.reference})\n\n{table}")
+        run.result = {"reference": args.reference, "runs": {label: ag.to_dict() for label, ag in rows}}
+        run.metrics = {
+            f"frs_agreement/{label}/spearman_rs": ag.spearman_rs for label, ag in rows if ag.spearman_rs is not None
+        }
+        run.files = {"table": AGREEMENT_FILE}
+    print(table, end="")
+    print(f"run record: {out / RUN_FILE}")
     return 0
 
 

@@ -101,6 +101,8 @@ def test_offline_frs_writes_its_result_into_run_json(tmp_path, tiny_model_dir, c
         (["--judge", "ftp://x"], "not a judge spec"),
         (["--judge-concurrency", "0"], "judge_concurrency must be >= 1"),
         (["compare", "--output-dir", "x"], "give at least one run"),
+        (["agreement", "--output-dir", "x"], "give at least one run"),
+        (["agreement", "nowhere", "--output-dir", "x"], "no judged traces"),
     ],
 )
 def test_bad_arguments_exit_with_2(argv, message, capsys):
