@@ -8,6 +8,7 @@
 # Issue 28's re-runs where the signal exists (the arith organism at its edge level; docs/results/README.md, top):
 #   launch/results.sh picsar_arith  # §1: procrl select on both organisms (16 samples x 400 problems) + decoupled
 #   launch/results.sh frs_arith     # §4: procrl frs --judge oracle on the clean and corrupted organisms + compare
+#   launch/results.sh frs_arith_judges  # §4 with the SmolLM2 and Gemma judges (ARITH_JUDGES), 100 problems, + agreement
 #   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students, gain check, PUM)
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
@@ -161,6 +162,26 @@ frs_arith() {
   done
 }
 
+frs_arith_judges() {  # §4 with the embedded LLM judges on the first 100 problems, and their agreement with the oracle
+  local frs=$OUT/frs_arith judge jname
+  for judge in ${ARITH_JUDGES:-local local:gemma3-270m}; do
+    jname=$([ "$judge" = local ] && echo smollm2 || echo "${judge#local:}")
+    local runs=()
+    for entry in $ORGANISMS; do
+      name=${entry%%=*}
+      $PROCRL frs --model "$(sft_checkpoint "${entry#*=}")" --dataset arith-ops4-d1-test-n400 --start 0 --end 100 \
+        --frs_traces 16 --judge "$judge" --frs_k_values 10 --generation_backend transformers --max_new_tokens 64 \
+        --temperature 0.7 --prompt_template "{question}" --no_progress --output_dir "$frs/organism_${name}_judge_$jname"
+      runs+=("$frs/organism_${name}_judge_$jname")
+    done
+    $PROCRL frs compare "${runs[@]}" --k 10 --output_dir "$frs/compare_judge_$jname"
+    $PROCRL frs agreement "${runs[@]}" --output_dir "$frs/agreement_judge_$jname"
+    keep frs_arith/judge_$jname "$frs/compare_judge_$jname"/{table.md,frs_compare.png,run.json}
+    cp "$frs/agreement_judge_$jname/agreement.md" "$DOCS/frs_arith/judge_$jname/"
+    cp "$frs/agreement_judge_$jname/run.json" "$DOCS/frs_arith/judge_$jname/agreement_run.json"
+  done
+}
+
 pum_arith() {
   OUT=outputs/pum_math/arith_organism PUM_OUT="$PUM_MODEL" launch/pum_arith_organism.sh
   keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json} \
@@ -168,8 +189,8 @@ pum_arith() {
 }
 
 case "${1:-}" in
-  bestofn|frs|stepgap|picsar_arith|frs_arith|pum_arith|grpo|grpo_corrupted) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|pum_arith|grpo|grpo_corrupted) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith; pum_arith; grpo; grpo_corrupted ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|pum_arith|grpo|grpo_corrupted|arith" >&2; exit 2 ;;
+  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; grpo; grpo_corrupted ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|pum_arith|grpo|grpo_corrupted|arith" >&2; exit 2 ;;
 esac
