@@ -210,6 +210,9 @@ class StepGapOracle:
         world = OracleWorld.from_rows(corpus_rows, relations)
         return cls(world, {str(q["question"]): q["evidences"] for q in question_rows})
 
+    def __repr__(self) -> str:
+        return f"StepGapOracle({len(self.chains)} questions, {len(self.world.facts)} passages)"
+
     def chain_of(self, question: str) -> list[OracleFact] | None:
         """The gold chain of a question, None when the oracle does not know it."""
         return self.chains.get(oracle_key(question))
