@@ -34,7 +34,8 @@ claim with it is the decisive claim (s, r, v). Its repair, what the NEXT step sh
 
     | label | repair         | the next step repairs it when                                                       |
     |-------|----------------|-------------------------------------------------------------------------------------|
-    | CC    | retract        | it does not claim (s, r, v) again (text, query or answer), or it says it retracts   |
+    | CC    | retract        | it says it retracts, or it neither claims (s, r, v) again (text, query or answer)  |
+    |       |                | nor builds on v (a claim about v)                                                   |
     | IE    | research       | it is a search whose ask (entity, relation; `OracleWorld.ask`) differs from this   |
     |       |                | step's ask                                                                          |
     | MB    | bridge_search  | it is a search whose query names the bridge s                                       |
@@ -320,8 +321,13 @@ class StepGapOracle:
         if verdict.label == "CC":
             if RETRACTION.search(nxt.text or ""):
                 return True
-            again = {(oracle_key(s), r, oracle_key(v)) for s, r, v, *_ in self._claims(nxt, hops, question_names)}
-            return (oracle_key(d.subject), d.relation, oracle_key(d.value)) not in again
+            wrong = oracle_key(d.value)
+            for subject, relation, value, _, written in self._claims(nxt, hops, question_names):
+                if (oracle_key(subject), relation, oracle_key(value)) == (oracle_key(d.subject), d.relation, wrong):
+                    return False  # claimed again
+                if wrong in (oracle_key(subject), oracle_key(written or "")):
+                    return False  # built on: a claim about the contradicted value
+            return True
         if nxt.kind != "inference" or not nxt.query:
             return False
         if verdict.label == "IE":

@@ -71,6 +71,7 @@ CASES = {
     "cc_ignored": (CC_STEP, f"<search>{B} birthplace</search>", "CC", False),  # the query presumes B again
     "cc_retracted_by_phrase": (CC_STEP, f"<think>I was wrong about {B}.</think><search>{B}</search>", "CC", True),
     "cc_repaired_by_the_right_author": (CC_STEP, f"<search>{P} birthplace</search>", "CC", True),
+    "cc_built_on": (CC_STEP, f"<think>{B} was born in Drumora.</think><answer>Drumora</answer>", "CC", False),
     # MB: the evidence (the fair) names W but states no author; repair = a search naming the bridge (W)
     "mb_bridge_searched": (SEARCH_P, f"<search>{W} author</search>", "MB", True),
     "mb_ignored": (SEARCH_P, "<answer>Kelvik</answer>", "MB", False),
