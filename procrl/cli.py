@@ -48,6 +48,9 @@ procrl model prepare [--all] convert the embedded SmolLM2-135M-Instruct GGUF to 
 procrl model path            print the converted default model's directory
 procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
                              Search-R1-style retrieval server (POST /retrieve) over a bm25s index
+procrl world build --out data/world0 [--seed 0] [--n-train 1000] [--n-dev 200] [--n-test 500] [--hops 2 3]
+                             the synthetic multi-hop world of StepGap: disjoint train/dev/test questions and
+                             passage corpora (<out>/<split>/questions.jsonl, corpus.jsonl; world.json)
 """
 
 from __future__ import annotations
@@ -95,6 +98,10 @@ COMMANDS = {
         "StepGap verifier metrics (sF1, Q-F1, balanced accuracy, ablations)",
     ),
     "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
+    "world": (
+        "procrl.scripts.world",
+        "build the synthetic multi-hop world of StepGap: questions + passage corpus per split",
+    ),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from the runs' run.json files (no server)"),
 }
@@ -104,7 +111,7 @@ GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
     "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval"),
     "experiments": ("sweep", "report"),
-    "setup": ("model", "serve-retriever"),
+    "setup": ("model", "serve-retriever", "world"),
 }
 
 

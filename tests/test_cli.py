@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
+    "world": "procrl.scripts.world",
 }
 
 

@@ -16,10 +16,13 @@ from pathlib import Path
 import pytest
 
 from procrl.data_builders.search_qa import load_qa_questions
+from procrl.data_builders.synthetic_world import SyntheticWorldConfig, build_worlds, world_paths, write_worlds
 from procrl.generation import GenerationOutput
 from procrl.judges import Judge, JudgeResult, parse_judgement
+from procrl.retrieval import format_passages
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
+from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.rewards.stepgap.reward import StepGapReward, StepGapStepRewards
 from procrl.scripts.train_grpo import parse_args
 from procrl.trainers.tasks.job import make_rewards, run_grpo_job
@@ -216,7 +219,8 @@ def test_process_mode_uses_step_rewards(fakes, tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("judge", "message"), [("none", "task=search needs a judge"), ("oracle", "task=search needs an LLM judge")]
+    ("judge", "message"),
+    [("none", "task=search needs a judge"), ("oracle", "judge: oracle labels StepGap steps from a generated world")],
 )
 def test_the_search_task_needs_a_judge(fakes, tmp_path, judge, message):
     ctx, _ = _task(["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path), "--judge", judge])
@@ -224,6 +228,31 @@ def test_the_search_task_needs_a_judge(fakes, tmp_path, judge, message):
         with ctx:
             pass
     assert fakes["opened"] == []
+
+
+def test_judge_oracle_labels_a_generated_world_with_its_oracle(fakes, tmp_path):
+    config = SyntheticWorldConfig(n_train=6, n_dev=2, n_test=2, hops=[2])
+    write_worlds(build_worlds(config), config, tmp_path / "world")
+    questions, corpus = world_paths(tmp_path / "world", "train")
+    argv = ["--config", str(MAIN_CONFIG), "--output_dir", str(tmp_path / "out"), "--judge", "oracle",
+            "--dataset_name", str(questions), "--dataset_end", "6", "--retriever", str(corpus)]  # fmt: skip
+    ctx, job = _task(argv)
+    with ctx as task:
+        assert isinstance(task.verifier, StepGapOracle) and task.judge is None and len(task.train_dataset) == 6
+        passages = len(corpus.read_text().splitlines())
+        assert task.summary()["verifier"] == f"StepGapOracle(6 questions, {passages} passages)"
+        _, stepgap = make_rewards(job, task).funcs
+        assert isinstance(stepgap, StepGapReward) and stepgap.verifier is task.verifier
+        row = task.train_dataset[0]
+        (s, r, o), (_, r2, answer) = json.loads(questions.read_text().splitlines()[0])["evidences"]
+        passage = next(p for p in task.retriever.passages if p.title == s)
+        completion = (f"<search> {r} of {s} </search>\n<information>{format_passages([passage])}</information>\n"
+                      f"<search> {r2} of {o} </search>\n<information></information>\n<answer> {answer} </answer>")  # fmt: skip
+        # search (NONE: a plan), search naming the bridge (NONE: stated), answer (MB: the bridge's passage unread)
+        assert stepgap([row["prompt"]], [completion], golden_answers=[row["golden_answers"]]) == [
+            pytest.approx(1.0 + 0.20 + 0.20 - 0.05)
+        ]
+    assert fakes["opened"] == []  # no judge was opened
 
 
 def test_bad_search_settings():

@@ -47,7 +47,9 @@ class JudgeArguments:
     opens the judge.
 
     `judge: oracle` is no LLM: FRS (`procrl frs`, the FRS callback) computes the four scores from the step oracle
-    (`procrl.evals.frs.oracle_judge.OracleJudge`), on data with `gold_steps`; the StepGap uses refuse it.
+    (`procrl.evals.frs.oracle_judge.OracleJudge`), on data with `gold_steps`; StepGap GRPO (`task: search`) labels
+    steps with the StepGap oracle of a generated world (`procrl.rewards.stepgap.oracle.StepGapOracle`, built from
+    the world's questions and corpus); `procrl stepgap-eval` refuses it.
 
     The reply budget has a per-use default (`judge_max_tokens: null`): the user passes it to `open_judge_from`
     (`procrl.evals.frs.judging.JUDGE_MAX_TOKENS` = 96 for FRS's four scores, `procrl.rewards.stepgap.check.
@@ -66,8 +68,9 @@ class JudgeArguments:
             "also read as probabilities; where vLLM cannot be imported, a schema-constrained transformers judge in "
             "this process), 'serve:transformers[:<model>]' (`transformers serve`, which ignores the schema), "
             "'transformers:<model>' (in this process), an OpenAI-compatible URL 'http(s)://host:port/v1[#model]', "
-            "'oracle' (FRS only, on step-checkable problems with gold_steps: the step oracle's labels mapped to the "
-            "four scores, no LLM; StepGap refuses it), or 'none' (no judge: FRS then reports accuracies and "
+            "'oracle' (no LLM: FRS on step-checkable problems with gold_steps, the step oracle's labels mapped to "
+            "the four scores; task=search on a generated world, the StepGap oracle's labels from the world's facts; "
+            "procrl stepgap-eval refuses it), or 'none' (no judge: FRS then reports accuracies and "
             "confidences only; StepGap needs a judge)."
         },
     )

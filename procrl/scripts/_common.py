@@ -31,6 +31,7 @@ __all__ = [
     "EXIT_USAGE",
     "ConfigParser",
     "HelpFormatter",
+    "action_word_as_flag",
     "bare_words_as_flag",
     "configure_logging",
     "load_config",
@@ -203,6 +204,21 @@ class ConfigParser(TrlParser):
 
 # transformers' string_to_bool words: a bool flag may take one of them as its value (HfArgumentParser)
 BOOL_WORDS = ("yes", "true", "t", "y", "1", "no", "false", "f", "n", "0")
+
+
+def action_word_as_flag(argv: Sequence[str], actions: Sequence[str], value_flags: Sequence[str]) -> list[str]:
+    """`argv` with its first bare action word (one of `actions`, anywhere, not the value of one of `value_flags`)
+    turned into `--action <word>` at the front, so that a command can read `procrl model prepare` or
+    `procrl world --out d build` through a dataclass field `action`; `argv` unchanged when it has none.
+
+    >>> action_word_as_flag(["--out", "build", "build"], ["build"], ["--out"])  # a folder named build
+    ['--action', 'build', '--out', 'build']
+    """
+    argv = list(argv)
+    for i, word in enumerate(argv):
+        if word in actions and (i == 0 or argv[i - 1] not in value_flags):
+            return ["--action", word, *argv[:i], *argv[i + 1 :]]
+    return argv
 
 
 def bare_words_as_flag(

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from trl import TrlParser
 
 from procrl.models import default_model_dir, prepare_default_model, prepare_gemma_model
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, action_word_as_flag, configure_logging, parse_or_exit
 
 ACTIONS = ("prepare", "path")
 _VALUE_FLAGS = ("--action", "--config")  # the flags whose next word is their value, never the action word
@@ -46,17 +46,15 @@ def make_parser() -> TrlParser:
 
 def action_as_flag(argv: list[str]) -> list[str]:
     """`argv` with the bare action word (`prepare` / `path`, anywhere: before or after `--all` / `--force`) turned
-    into `--action <word>` at the front, so that the boolean flags never read it as their optional value.
+    into `--action <word>` at the front, so that the boolean flags never read it as their optional value
+    (`procrl.scripts._common.action_word_as_flag`).
 
     >>> action_as_flag(["--all", "prepare", "--force"])
     ['--action', 'prepare', '--all', '--force']
     >>> action_as_flag(["--config", "path", "--action", "path"])  # values of --config / --action stay in place
     ['--config', 'path', '--action', 'path']
     """
-    for i, word in enumerate(argv):
-        if word in ACTIONS and (i == 0 or argv[i - 1] not in _VALUE_FLAGS):
-            return ["--action", word, *argv[:i], *argv[i + 1 :]]
-    return list(argv)
+    return action_word_as_flag(argv, ACTIONS, _VALUE_FLAGS)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ COMMANDS = {
     "procrl.scripts.sft": ("procrl sft", []),
     "procrl.scripts.calibrate": ("procrl calibrate", []),
     "procrl.scripts.pum_gain_check": ("procrl pum-gain-check", ["outputs/pum_math/x"]),
+    "procrl.scripts.world": ("procrl world", ["build", "--out", "data/world"]),
     "procrl.scripts.demo": ("train_grpo.py", []),  # the demo's flags go to its GRPO stage, checked before stage 1
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
@@ -48,6 +49,7 @@ REFUSED = {
     "procrl.scripts.calibrate": (["--num-samples", "4"], "pass@8 needs at least 8 samples"),
     "procrl.scripts.demo": (["--task", "chess"], "task='chess' must be one of"),
     "procrl.scripts.pum_gain_check": (["--resamples", "-1"], "--resamples must be >= 0, got -1"),
+    "procrl.scripts.world": (["--n-train", "0"], "n_train must be >= 1"),
 }
 
 

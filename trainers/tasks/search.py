@@ -23,7 +23,11 @@ needs and closes what it started (the local judge server) on exit, also when tra
   `make_nli(nli, judge)` ("judge" = the judge with an NLI prompt, else a cross-encoder), memoised by `CachedNLI`;
   the verifier `StepGapVerifier(judge, nli, constrain_quotes=stepgap_constrain_quotes,
   nli_thresholds=NLIThresholds(stepgap_nli_entail_min, stepgap_nli_contradict_min))` and `reward_config = StepGapRewardConfig(lam=λ, shaping=..., base_format=...,
-  base_cc=0 for zero-CC)`.
+  base_cc=0 for zero-CC)`;
+- `judge: oracle` (a generated world, `procrl world build`): no judge and no NLI; the verifier is the world's
+  `procrl.rewards.stepgap.oracle.StepGapOracle` (labels from the world's facts), built from `dataset_name` (the
+  world's questions.jsonl) and `retriever` (its corpus.jsonl), `procrl.data_builders.synthetic_world.
+  load_world_oracle`.
 
 The rewards are the registry's (`procrl.trainers.tasks.rewards.REWARDS`): `em` = `procrl.rewards.qa.em_reward` (also
 the task's `outcome_func`, so `task/accuracy` is EM), `stepgap` = `StepGapReward(verifier, reward_config)`, and, as
@@ -41,14 +45,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions, open_retriever
+from procrl.data_builders.synthetic_world import load_world_oracle
 from procrl.judges.spec import open_judge_from
 from procrl.rewards.qa import em_reward
 from procrl.rewards.stepgap.check import JUDGE_MAX_TOKENS
 from procrl.rewards.stepgap.nli import CachedNLI, make_nli
 from procrl.rewards.stepgap.nli_rule import NLIThresholds
+from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.rewards.stepgap.reward import StepGapRewardConfig
 from procrl.rewards.stepgap.verifier import StepGapVerifier
 from procrl.trainers.rollout import ProcessRollout
@@ -69,9 +76,10 @@ class SearchTask:
     Attributes:
         train_dataset: the questions (`prompt`, `question`, `golden_answers`, `id`, `type`).
         rollout_func: `ProcessRollout(env=SearchEnvironment(...))`.
-        verifier: the `StepGapVerifier` (judge + NLI) the `stepgap` reward and step scorer label steps with.
+        verifier: the `StepGapVerifier` (judge + NLI), or the world's `StepGapOracle` (`judge: oracle`), the
+            `stepgap` reward and step scorer label steps with.
         reward_config: their `StepGapRewardConfig`.
-        judge, retriever: the live objects (for the summary).
+        judge, retriever: the live objects (for the summary; judge None with the oracle).
         outcome_func: `em_reward`; no evaluation sets and no FRS for this task.
     """
 
@@ -107,17 +115,13 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
         output_dir: the run's output directory (the judge cache defaults to `<output_dir>/judge_cache`).
 
     Raises:
-        ValueError: `judge: none` or `judge: oracle` (the StepGap reward needs an LLM judge).
+        ValueError: `judge: none`; `judge: oracle` without a generated world's questions and corpus files.
         FileNotFoundError: a retriever or question file that does not exist.
         RuntimeError: the local judge server did not start.
     """
     if not search_args.enabled:
         raise ValueError("task=search needs a judge for the StepGap labels, got judge: none; use judge: local or a URL")
-    if search_args.is_oracle:
-        raise ValueError(
-            "task=search needs an LLM judge for the StepGap labels; judge: oracle scores only FRS traces of "
-            "step-checkable problems. Use judge: local or a URL"
-        )
+    oracle = _world_oracle(script_args.dataset_name, search_args.retriever) if search_args.is_oracle else None
     template = script_args.prompt_template
     # search_one_shot / one_shot: the worked search episode first; search / zero_shot: the instruction alone
     example = template in ("search_one_shot", "one_shot")
@@ -132,6 +136,18 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
     retriever = open_retriever(search_args.retriever)
     thresholds = NLIThresholds(search_args.stepgap_nli_entail_min, search_args.stepgap_nli_contradict_min)
     env = SearchEnvironment(retriever, topk=search_args.search_topk, max_turns=search_args.search_max_turns)
+    reward_config = StepGapRewardConfig(
+        lam=search_args.stepgap_lambda,
+        shaping=search_args.stepgap_shaping,
+        base_format=search_args.stepgap_format_penalty,
+        **({"base_cc": 0.0} if search_args.stepgap_zero_cc else {}),
+    )
+    if oracle is not None:
+        logger.info(
+            "task=search: %d questions, retriever %s, labels by %r", len(dataset), search_args.retriever, oracle
+        )
+        yield SearchTask(dataset, ProcessRollout(env=env), oracle, reward_config, judge=None, retriever=retriever)
+        return
 
     logger.info("task=search: %d questions, retriever %s, judge %s, nli %s (%s), quotes %s", len(dataset),
                 search_args.retriever, search_args.judge, search_args.nli, thresholds,
@@ -148,12 +164,22 @@ def open_search_task(script_args, search_args: SearchTaskArguments, *, output_di
                 nli_thresholds=thresholds,
                 progress=True,
             ),
-            reward_config=StepGapRewardConfig(
-                lam=search_args.stepgap_lambda,
-                shaping=search_args.stepgap_shaping,
-                base_format=search_args.stepgap_format_penalty,
-                **({"base_cc": 0.0} if search_args.stepgap_zero_cc else {}),
-            ),
+            reward_config=reward_config,
             judge=judge,
             retriever=retriever,
         )
+
+
+def _world_oracle(questions: str, corpus: str) -> StepGapOracle:
+    """The StepGap oracle of a generated world from its question and corpus files (`judge: oracle`).
+
+    Raises:
+        ValueError: either is not a file (a built-in name, a URL, an index directory), or the corpus has no facts.
+    """
+    if not (Path(questions).is_file() and Path(corpus).is_file()):
+        raise ValueError(
+            "judge: oracle labels StepGap steps from a generated world's facts: set dataset_name and retriever to the "
+            "world's questions.jsonl and corpus.jsonl (procrl world build --out data/world0 writes "
+            f"data/world0/train/questions.jsonl and corpus.jsonl), got {questions!r} and {corpus!r}"
+        )
+    return load_world_oracle(questions, corpus)
