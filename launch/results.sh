@@ -9,6 +9,7 @@
 #   launch/results.sh picsar_arith  # §1: procrl select on both organisms (16 samples x 400 problems) + decoupled
 #   launch/results.sh frs_arith     # §4: procrl frs --judge oracle on the clean and corrupted organisms + compare
 #   launch/results.sh frs_arith_judges  # §4 with the SmolLM2 and Gemma judges (ARITH_JUDGES), 100 problems, + agreement
+#   launch/results.sh frs_arith_grpo    # §4's second pairs (oracle judge): before/after GRPO, GRPO arms (after grpo*)
 #   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students, gain check, PUM)
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
@@ -182,6 +183,26 @@ frs_arith_judges() {  # §4 with the embedded LLM judges on the first 100 proble
   done
 }
 
+frs_arith_grpo() {  # §4's second pairs: before vs after GRPO, and outcome-only vs oracle GRPO from the corrupted start
+  local frs=$OUT/frs_arith sweeps=outputs/sweeps model name
+  for entry in "clean_grpo_outcome=$sweeps/process_rewards_organism/config=arith_organism_outcome,seed=0" \
+      "corrupted_grpo_outcome=$sweeps/process_rewards_organism_corrupted/config=arith_organism_outcome,seed=0" \
+      "corrupted_grpo_oracle=$sweeps/process_rewards_organism_corrupted/config=arith_organism_oracle,seed=0"; do
+    name=${entry%%=*}; model=${entry#*=}
+    OMP_NUM_THREADS=1 $PROCRL frs --model "$model" --dataset arith-ops4-d1-test-n400 --start 0 --end -1 \
+      --frs_traces 16 --judge oracle --frs_k_values 10 20 30 40 50 --generation_backend transformers \
+      --max_new_tokens 64 --temperature 0.7 --prompt_template "{question}" --no_progress \
+      --output_dir "$frs/organism_${name}_judge_oracle"
+  done
+  $PROCRL frs compare "$frs/organism_clean_judge_oracle" "$frs/organism_clean_grpo_outcome_judge_oracle" --k 10 \
+    --output_dir "$frs/compare_before_after_grpo"
+  $PROCRL frs compare "$frs/organism_corrupted_grpo_outcome_judge_oracle" "$frs/organism_corrupted_grpo_oracle_judge_oracle" \
+    --k 10 --output_dir "$frs/compare_corrupted_grpo_arms"
+  for dir in compare_before_after_grpo compare_corrupted_grpo_arms; do
+    keep "frs_arith/$dir" "$frs/$dir"/{table.md,frs_compare.png,run.json}
+  done
+}
+
 pum_arith() {
   OUT=outputs/pum_math/arith_organism PUM_OUT="$PUM_MODEL" launch/pum_arith_organism.sh
   keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json} \
@@ -189,8 +210,8 @@ pum_arith() {
 }
 
 case "${1:-}" in
-  bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|pum_arith|grpo|grpo_corrupted) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; grpo; grpo_corrupted ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|pum_arith|grpo|grpo_corrupted|arith" >&2; exit 2 ;;
+  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; grpo; grpo_corrupted; frs_arith_grpo ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted|arith" >&2; exit 2 ;;
 esac
