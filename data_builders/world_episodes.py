@@ -112,7 +112,9 @@ class WorldEpisodeConfig:
 
     def __post_init__(self) -> None:
         if self.topk < 1 or self.max_turns < 2:
-            raise ValueError(f"topk must be >= 1 and max_turns >= 2 (a 2-hop question), got {self.topk}, {self.max_turns}")
+            raise ValueError(
+                f"topk must be >= 1 and max_turns >= 2 (a 2-hop question), got {self.topk}, {self.max_turns}"
+            )
         if not 0.0 <= self.gap_rate <= 1.0:
             raise ValueError(f"gap_rate must be in [0, 1], got {self.gap_rate}")
         bad = [k for k in self.gap_kinds if k not in GAP_KINDS]
@@ -187,7 +189,7 @@ def gold_plan(chain: Sequence[Sequence[str]]) -> list[Step]:
 '<think>P was born in K.</think>\\n<answer> K </answer>']
     """
     steps = [Step(_need(chain[0]), query=_query(chain[0]))]
-    for prev, hop in zip(chain, chain[1:]):
+    for prev, hop in zip(chain[:-1], chain[1:], strict=True):
         steps.append(Step(f"{_fact(*prev)} {_need(hop)}", query=_query(hop)))
     steps.append(Step(_fact(*chain[-1]), answer=chain[-1][2]))
     return steps
@@ -252,7 +254,7 @@ def build_episode(
     """Write the planned turns with the retriever's top-`topk` after each search (one `search` call per query)."""
     segments: list[EpisodeSegment] = []
     retrieved: list[list[Passage]] = []
-    for i, step in enumerate(steps):
+    for step in steps:
         segments.append(EpisodeSegment(step.text(), env=False, loss=gap_loss or not step.gap))
         if step.query is not None:
             passages = list(retriever.search([step.query], topk=topk)[0])

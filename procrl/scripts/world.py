@@ -40,8 +40,8 @@ from procrl.data_builders.synthetic_world import (
     write_worlds,
 )
 from procrl.data_builders.world_episodes import WorldEpisodeConfig, episode_rows, world_episodes
-from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.evals.reporting import markdown_table
+from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,
