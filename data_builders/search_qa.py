@@ -35,6 +35,7 @@ __all__ = [
     "load_qa_questions",
     "open_index",
     "open_retriever",
+    "search_messages",
 ]
 
 BUILTIN_CORPORA = {"2wiki_corpus_sample": "2wiki_corpus_sample.jsonl"}
@@ -121,6 +122,27 @@ SEARCH_EXAMPLE_REPLY = (
 ALIAS_FIELDS = ("golden_answers", "aliases", "answer_aliases")
 
 
+def search_messages(question: str, *, template: str = SEARCH_PROMPT, example: bool = False) -> list[dict[str, str]]:
+    """The chat prompt of one search question: `template` with `{question}` replaced, after the worked episode
+    (`SEARCH_EXAMPLE_QUESTION`, `SEARCH_EXAMPLE_REPLY`) as an earlier user/assistant exchange when `example`.
+
+    Raises:
+        ValueError: a template without `{question}`.
+
+    >>> search_messages("Who?", template="Q: {question}")
+    [{'role': 'user', 'content': 'Q: Who?'}]
+    """
+    if "{question}" not in template:
+        raise ValueError("The prompt template must contain the placeholder {question}.")
+    shots = []
+    if example:
+        shots = [
+            {"role": "user", "content": template.replace("{question}", SEARCH_EXAMPLE_QUESTION)},
+            {"role": "assistant", "content": SEARCH_EXAMPLE_REPLY},
+        ]
+    return [*shots, {"role": "user", "content": template.replace("{question}", question)}]
+
+
 def load_qa_questions(
     name_or_path: str | Path = "2wiki_dev_sample",
     *,
@@ -158,12 +180,6 @@ def load_qa_questions(
     if not (0 <= start <= end <= len(rows)):
         raise ValueError(f"Slice [{start}, {end}) is outside the {len(rows)} questions of {name_or_path}.")
     stem = Path(str(name_or_path)).stem
-    shots = []
-    if example:
-        shots = [
-            {"role": "user", "content": template.replace("{question}", SEARCH_EXAMPLE_QUESTION)},
-            {"role": "assistant", "content": SEARCH_EXAMPLE_REPLY},
-        ]
     records = []
     for row_no in range(start, end):
         row = rows[row_no]
@@ -177,7 +193,7 @@ def load_qa_questions(
             raise ValueError(f"{source}: row {row_no} needs a 'question' and an 'answer' (or 'golden_answers').")
         records.append(
             {
-                "prompt": [*shots, {"role": "user", "content": template.replace("{question}", question)}],
+                "prompt": search_messages(question, template=template, example=example),
                 "question": question,
                 "golden_answers": golds,
                 "id": str(row.get("id") or row.get("_id") or f"{stem}/{row_no}"),

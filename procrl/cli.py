@@ -35,6 +35,8 @@ procrl calibrate --combine outputs/calib/* --out docs/results/calibration.md [--
                              one table (and plot) over finished calibrate runs, a row per (policy, level)
 procrl stepgap-eval --data annotated.jsonl --judge local
                              StepGap verifier metrics and stage ablations on an annotated set
+procrl world-eval --model CKPT --world data/world0 --split test --n 100
+                             a search policy's EM, format violations, searches and oracle label shares
 
 experiments
 procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
@@ -51,6 +53,9 @@ procrl serve-retriever --index 2wiki_corpus_sample --host 127.0.0.1 --port 8001
 procrl world build --out data/world0 [--seed 0] [--n-train 1000] [--n-dev 200] [--n-test 500] [--hops 2 3]
                              the synthetic multi-hop world of StepGap: disjoint train/dev/test questions and
                              passage corpora (<out>/<split>/questions.jsonl, corpus.jsonl; world.json)
+procrl world episodes --out data/world0 [--gap_rate 0.5]
+                             the world, then SFT episodes of its train and dev splits (gold + gap-and-repair,
+                             checked by the StepGap oracle): <out>/{train,dev}/episodes.jsonl
 """
 
 from __future__ import annotations
@@ -100,7 +105,11 @@ COMMANDS = {
     "serve-retriever": ("procrl.scripts.serve_retriever", "serve a bm25s index with the Search-R1 /retrieve API"),
     "world": (
         "procrl.scripts.world",
-        "build the synthetic multi-hop world of StepGap: questions + passage corpus per split",
+        "build the synthetic multi-hop world of StepGap: questions + passage corpus per split; its SFT episodes",
+    ),
+    "world-eval": (
+        "procrl.scripts.world_eval",
+        "a search policy in the synthetic world: EM, format violations, searches, oracle label shares",
     ),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from the runs' run.json files (no server)"),
@@ -109,7 +118,7 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval"),
+    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval", "world-eval"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever", "world"),
 }

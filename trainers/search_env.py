@@ -41,7 +41,7 @@ from procrl.generation import (
     sampled_logprobs_are_raw,
     stop_criteria,
 )
-from procrl.retrieval import Passage, Retriever, format_passages
+from procrl.retrieval import Passage, Retriever, information_block
 from procrl.trainers.search_turns import SearchEpisodes, Turn, run_episodes
 from procrl.utils import get_logger
 
@@ -76,8 +76,8 @@ class SearchEnvironment:
             )
 
     def information(self, passages: Sequence[Passage]) -> str:
-        """The environment text appended after a search."""
-        return "\n<information>" + format_passages(passages) + "</information>\n"
+        """The environment text appended after a search (`procrl.retrieval.information_block`)."""
+        return information_block(passages)
 
     def run(
         self,

@@ -3,8 +3,9 @@
 The job (docs/architecture.md "SFT warm starts"): load rows of a math set (`load_math_dataset`: a built-in set, a
 local file or directory, a hub id), turn each into a conversational prompt-completion pair (`sft_examples`:
 `prompt` = the row's chat messages, `completion` = one assistant message holding its `solution`, the gold trace),
-key the run by content (`procrl.trainers.sft_cache`: base model, rows, settings), and either return the cached
-checkpoint of that key or train the policy and publish its checkpoint (model, tokenizer with its chat template,
+or take the episodes of a search-episodes file (`procrl.trainers.sft_episodes`: token ids, information blocks out
+of the loss), key the run by content (`procrl.trainers.sft_cache`: base model, rows, settings), and either return
+the cached checkpoint of that key or train the policy and publish its checkpoint (model, tokenizer with its chat template,
 the manifest `sft.json`) atomically under `$PROCRL_CACHE/sft/<key>/`. The policy is a pretrained causal LM
 (`model_name_or_path`, "default" = the embedded SmolLM2-135M-Instruct) or a randomly initialised organism
 (`scratch:llama,...`, `procrl.scratch_models`); only its construction differs, the training is the same.
@@ -46,6 +47,7 @@ from procrl.generation.runtime import BF16_HELP, resolve_config_bf16
 from procrl.models import load_policy, resolve_model
 from procrl.scratch_models import build_scratch_model, is_scratch_spec, parse_scratch_spec
 from procrl.trainers import sft_cache
+from procrl.trainers.sft_episodes import episode_examples, is_episode_file, tokenize_episodes
 from procrl.utils import default_wandb_offline, get_logger
 
 logger = get_logger(__name__)
@@ -86,7 +88,9 @@ class SFTScriptArguments(DataColumnArguments, ProblemSliceArguments):
             "help": "Gold traces: any set load_math_dataset loads whose `solution` is the trace to imitate: a built-in "
             "set (gsm8k: its worked solutions ending in '#### N'; math500; not svamp, which has none), a local "
             ".jsonl/.json/.parquet/.csv file or directory, or a hub id (solution_column names the trace column). "
-            "Rows with an empty solution are an error."
+            "Rows with an empty solution are an error. A search-episodes file (`procrl world episodes`: rows with "
+            "`segments`) trains on its episodes, information blocks out of the loss; its own prompts are used, "
+            "prompt_template is ignored."
         },
     )
     dataset_end: int | None = field(default=None, metadata={"help": "End training row (exclusive); null = all."})
@@ -209,6 +213,7 @@ class SFTPlan:
     world_size: int
     key: str
     checkpoint: Path
+    episodes: bool = False  # `examples` are search episodes (`procrl.trainers.sft_episodes`), tokenized at training
 
 
 @dataclass
@@ -262,19 +267,22 @@ def prepare_sft(script: SFTScriptArguments, training: SFTTrainingConfig, model_a
     model_args.model_name_or_path = name
     try:
         check_model_args(model_args)
-        # the built-in and the generated arith sets decide their own columns
-        builtin = script.dataset_name in BUILTIN_DATASETS or is_arithmetic_spec(script.dataset_name)
-        rows = load_math_dataset(
-            script.dataset_name,
-            split=script.dataset_split,
-            start=script.dataset_start,
-            end=script.dataset_end,
-            prompt_template=resolve_template(script.prompt_template),
-            question_column=script.question_column,
-            answer_column=script.answer_column,
-            solution_column=None if builtin else script.solution_column,
-        )
-        examples = sft_examples(rows, script.dataset_name)
+        episodes = is_episode_file(script.dataset_name)
+        if episodes:  # search episodes: prompt + segments, tokenized with the policy's tokenizer in train_sft
+            examples = episode_examples(script.dataset_name, script.dataset_start, script.dataset_end)
+        else:  # the built-in and the generated arith sets decide their own columns
+            builtin = script.dataset_name in BUILTIN_DATASETS or is_arithmetic_spec(script.dataset_name)
+            rows = load_math_dataset(
+                script.dataset_name,
+                split=script.dataset_split,
+                start=script.dataset_start,
+                end=script.dataset_end,
+                prompt_template=resolve_template(script.prompt_template),
+                question_column=script.question_column,
+                answer_column=script.answer_column,
+                solution_column=None if builtin else script.solution_column,
+            )
+            examples = sft_examples(rows, script.dataset_name)
         identity = sft_cache.model_identity(name, model_args.model_revision)
     except (ValueError, FileNotFoundError) as error:
         raise SFTInputError(str(error)) from error
@@ -283,7 +291,7 @@ def prepare_sft(script: SFTScriptArguments, training: SFTTrainingConfig, model_a
     world_size = training.world_size
     key = sft_cache.cache_key(identity, data, settings, world_size)
     checkpoint = sft_cache.sft_cache_root(script.cache_dir) / key
-    return SFTPlan(examples, name, identity, data, settings, world_size, key, checkpoint)
+    return SFTPlan(examples, name, identity, data, settings, world_size, key, checkpoint, episodes)
 
 
 def load_sft_model(model_args: Any, *, trust_remote_code: bool = False) -> tuple[Any, Any]:
@@ -335,7 +343,8 @@ def train_sft(plan: SFTPlan, script: SFTScriptArguments, training: SFTTrainingCo
     try:
         default_wandb_offline(training.report_to)
         model, tokenizer = load_sft_model(model_args, trust_remote_code=training.trust_remote_code)
-        trainer = SFTTrainer(model=model, args=training, train_dataset=plan.examples, processing_class=tokenizer)
+        train_set = tokenize_episodes(plan.examples, tokenizer) if plan.episodes else plan.examples
+        trainer = SFTTrainer(model=model, args=training, train_dataset=train_set, processing_class=tokenizer)
         data = _token_counts(trainer.train_dataset, len(plan.examples), training.max_length, training.packing)
         start = time.perf_counter()
         output = trainer.train()

@@ -35,6 +35,7 @@ __all__ = [
     "Retriever",
     "document_to_passage",
     "format_passages",
+    "information_block",
     "load_corpus",
     "open_index",
     "read_jsonl",
@@ -64,6 +65,17 @@ def format_passages(passages: Sequence[Passage]) -> str:
     'Doc 1 (Title: Paris) Paris is the capital of France.'
     """
     return "\n".join(f"Doc {i} (Title: {p.title}) {p.text}" for i, p in enumerate(passages, start=1))
+
+
+def information_block(passages: Sequence[Passage]) -> str:
+    """The environment text a search appends to a Search-R1 episode (`procrl.trainers.search_env.SearchEnvironment`;
+    the SFT episodes of `procrl.data_builders.world_episodes` write the same): `format_passages` inside
+    `<information>` tags, with a newline before and after.
+
+    >>> information_block([Passage("Paris", "Paris is in France.")])
+    '\\n<information>Doc 1 (Title: Paris) Paris is in France.</information>\\n'
+    """
+    return "\n<information>" + format_passages(passages) + "</information>\n"
 
 
 def document_to_passage(document: Any, score: float | None = None) -> Passage:

@@ -13,17 +13,35 @@ split. The search task reads a split unchanged, e.g.
         --dataset_name data/world0/train/questions.jsonl --dataset_end 1000
 
 The same seed and counts write the same files. The action may also be given as `--action build`.
+
+    procrl world episodes --out data/world0 [--gap_rate 0.5] [--topk 3] [--max_turns 4]
+
+builds and writes the world as `build` does, then the SFT episodes of the train and dev splits,
+`<out>/<split>/episodes.jsonl` (`procrl.data_builders.world_episodes`: the gold episode of every question, and a
+gap-and-repair episode for a `gap_rate` share, each checked with the StepGap oracle, information blocks from the
+split's BM25 index), and prints the counts per kind. `procrl sft` trains on such a file
+(configs/sft/world_organism.yaml).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 
 from trl import TrlParser
 
-from procrl.data_builders.synthetic_world import SPLITS, SyntheticWorldConfig, build_worlds, world_paths, write_worlds
+from procrl.data_builders.synthetic_world import (
+    SPLITS,
+    WORLD_RELATIONS,
+    SyntheticWorldConfig,
+    build_worlds,
+    world_paths,
+    write_worlds,
+)
+from procrl.data_builders.world_episodes import WorldEpisodeConfig, episode_rows, world_episodes
 from procrl.evals.reporting import markdown_table
+from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.scripts._common import (
     EXIT_USAGE,
     HelpFormatter,
@@ -36,30 +54,43 @@ from procrl.scripts._common import (
 __all__ = ["ACTIONS", "WorldCommandArguments", "main", "make_parser"]
 
 PROG = "procrl world"
-ACTIONS = ("build",)
+ACTIONS = ("build", "episodes")
+EPISODE_SPLITS = ("train", "dev")  # the splits `episodes` writes SFT data for (test stays for evaluation)
 # the flags whose next word is their value, never the action word (a folder may be called "build")
 _VALUE_FLAGS = ("--action", "--config", "--out", "--seed", "--n_train", "--n-train", "--n_dev", "--n-dev", "--n_test",
-                "--n-test", "--namesake_rate", "--namesake-rate", "--mention_rate", "--mention-rate")  # fmt: skip
+                "--n-test", "--namesake_rate", "--namesake-rate", "--mention_rate", "--mention-rate", "--topk",
+                "--max_turns", "--gap_rate", "--gap_kinds", "--gap_loss", "--prompt_template", "--example",
+                "--episode_seed")  # fmt: skip
 
 
 @dataclass
 class WorldCommandArguments:
     """What `procrl world` does and where it writes."""
 
-    action: str = field(metadata={"help": "build (generate the three splits and write them)", "choices": ACTIONS})
+    action: str = field(
+        metadata={
+            "help": "build (generate the three splits and write them); episodes (build, then write the train and dev "
+            "splits' SFT episodes)",
+            "choices": ACTIONS,
+        }
+    )
     out: str = field(default="", metadata={"help": "the folder to write the world into (created; files replaced)"})
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"action={self.action!r} must be one of {ACTIONS}: procrl world build --out DIR")
         if not self.out:
-            raise ValueError("give the folder to write: procrl world build --out data/world0")
+            raise ValueError(f"give the folder to write: procrl world {self.action} --out data/world0")
 
 
 def make_parser() -> TrlParser:
-    """`TrlParser` over `WorldCommandArguments` and `SyntheticWorldConfig` (the action word is also accepted bare)."""
+    """`TrlParser` over `WorldCommandArguments`, `SyntheticWorldConfig` and `WorldEpisodeConfig` (the action word
+    is also accepted bare)."""
     return TrlParser(
-        (WorldCommandArguments, SyntheticWorldConfig), prog=PROG, description=__doc__, formatter_class=HelpFormatter
+        (WorldCommandArguments, SyntheticWorldConfig, WorldEpisodeConfig),
+        prog=PROG,
+        description=__doc__,
+        formatter_class=HelpFormatter,
     )
 
 
@@ -69,11 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_or_exit(make_parser(), action_word_as_flag(words, ACTIONS, _VALUE_FLAGS))
     if parsed is None:
         return EXIT_USAGE
-    args, config = parsed
+    args, config, episode_config = parsed
     configure_logging()
     worlds = build_worlds(config)
     try:
         meta = write_worlds(worlds, config, args.out)
+        written = _write_episodes(worlds, episode_config, args.out) if args.action == "episodes" else {}
     except OSError as error:
         return usage_error(PROG, error)
     rows = []
@@ -86,7 +118,26 @@ def main(argv: list[str] | None = None) -> int:
     header = ["split", "questions", "by hops", "passages", "entities", "near-namesakes", "mention passages", "folder"]
     print(markdown_table(header, rows))
     print(f"\nworld: {meta}")
+    if written:
+        header = ["split", "questions", "gold", "IE", "CC", "MB", "gold dropped", "gap dropped", "file"]
+        keys = ["questions", "gold", "IE", "CC", "MB", "gold_dropped", "gap_dropped"]
+        print()
+        print(markdown_table(header, [[split, *(c[k] for k in keys), path] for split, (path, c) in written.items()]))
     return 0
+
+
+def _write_episodes(worlds: dict, config: WorldEpisodeConfig, out: str) -> dict[str, tuple[str, dict]]:
+    """Write `<out>/<split>/episodes.jsonl` for `EPISODE_SPLITS`; {split: (path, counts)}."""
+    written = {}
+    for split in EPISODE_SPLITS:
+        world = worlds[split]
+        oracle = StepGapOracle.from_rows(world.corpus, world.questions, WORLD_RELATIONS)
+        episodes, counts = world_episodes(world.questions, world.corpus, config, oracle=oracle)
+        path = world_paths(out, split)[0].parent / "episodes.jsonl"
+        rows = episode_rows(episodes, oracle, config)
+        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+        written[split] = (str(path), counts)
+    return written
 
 
 if __name__ == "__main__":

@@ -243,6 +243,8 @@ class StepGapOracle:
                 self._warned.add(trace.question)
                 logger.warning("StepGap oracle: question not in the world, its steps are ERROR: %r", trace.question)
             return [OracleStepVerdict("ERROR", reason="question not in the world") for _ in trace.steps]
+        if not trace.steps:  # a completion without a search or an answer tag
+            return []
         question_names = {oracle_key(n) for n in self.world.mentions(trace.question)}
         verdicts = [self._verdict(step, hops, question_names) for step in trace.steps]
         return [

@@ -231,3 +231,8 @@ def test_asks(oracle):
 def test_world_refuses_inconsistent_data(facts, relations, message):
     with pytest.raises(ValueError, match=message):
         OracleWorld(facts, relations)
+
+
+def test_a_completion_without_steps_has_no_verdicts(oracle):
+    trace = _trace("I do not know where.")
+    assert trace.steps == [] and oracle.label_trace(trace) == [] and oracle.verify(trace) == []

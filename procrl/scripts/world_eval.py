@@ -1,0 +1,119 @@
+"""`procrl world-eval`: a search policy's calibration row in the synthetic world (issue 29; docs/architecture.md
+"World episodes"): EM, format-violation rate, searches per episode and the StepGap oracle's label shares.
+
+    procrl world-eval --model /path/to/sft/checkpoint --world data/world0 --split test --n 100
+
+The first `n` questions of `<world>/<split>/questions.jsonl`, prompted as `task: search` prompts them
+(`prompt_template: search`, no worked example unless --example), run through the search environment that GRPO uses
+(`procrl.trainers.search_env.SearchEnvironment` over a BM25 index of the split's corpus, top-k and search limit as
+given), greedy by default; the traces are labelled by the split's oracle (`procrl.evals.world_policy`). Prints the
+row and writes `<output_dir>/world_eval.json` (settings, row, per-episode records) and `episodes.jsonl` (texts).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import GenerationConfig
+
+from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions
+from procrl.data_builders.synthetic_world import load_world_oracle, world_paths
+from procrl.evals.reporting import markdown_table
+from procrl.evals.world_policy import WORLD_LABELS, episode_record, policy_row
+from procrl.generation import render_prompts
+from procrl.models import load_policy
+from procrl.retrieval import BM25Index
+from procrl.scripts._common import EXIT_USAGE, ConfigParser, HelpFormatter, configure_logging, parse_or_exit
+from procrl.trainers.search_env import SearchEnvironment
+
+__all__ = ["WorldEvalArguments", "main", "make_parser"]
+
+PROG = "procrl world-eval"
+
+
+@dataclass
+class WorldEvalArguments:
+    """Which policy, which questions, and the environment's settings."""
+
+    model: str = field(metadata={"help": "policy: a checkpoint directory (procrl sft's), a hub id, or default"})
+    world: str = field(default="data/world0", metadata={"help": "a folder written by procrl world build"})
+    split: str = field(default="test", metadata={"help": "train, dev or test"})
+    n: int = field(default=100, metadata={"help": "the first n questions of the split (>= 1)"})
+    topk: int = field(default=3, metadata={"help": "passages per search (the episodes' and GRPO's search_topk)"})
+    max_turns: int = field(default=4, metadata={"help": "searches per episode at most (search_max_turns)"})
+    max_completion_length: int = field(
+        default=1536, metadata={"help": "token budget of an episode, model + environment tokens"}
+    )
+    temperature: float = field(default=0.0, metadata={"help": "0 = greedy; else sampling at this temperature"})
+    batch_size: int = field(default=16, metadata={"help": "episodes generated together"})
+    example: bool = field(default=False, metadata={"help": "prompt with the worked 2Wiki episode first"})
+    seed: int = field(default=0, metadata={"help": "torch seed (sampling)"})
+    output_dir: str = field(default="outputs/world_eval", metadata={"help": "where world_eval.json goes"})
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.batch_size < 1 or self.max_completion_length < 1 or self.temperature < 0:
+            raise ValueError("n, batch_size and max_completion_length must be >= 1 and temperature >= 0")
+
+
+def make_parser() -> ConfigParser:
+    """The parser of `procrl world-eval` (`WorldEvalArguments`, `--config` too)."""
+    return ConfigParser((WorldEvalArguments,), prog=PROG, description=__doc__, formatter_class=HelpFormatter)
+
+
+def run(args: WorldEvalArguments) -> dict:
+    """Roll out, label and measure (module docstring); returns {settings, row, records, texts, wall_s}."""
+    questions_path, corpus_path = world_paths(args.world, args.split)
+    oracle = load_world_oracle(questions_path, corpus_path)
+    env = SearchEnvironment(BM25Index.from_jsonl(corpus_path), topk=args.topk, max_turns=args.max_turns)
+    rows = load_qa_questions(questions_path, end=args.n, template=SEARCH_PROMPT, example=args.example)
+    model, tokenizer = load_policy(args.model)
+    model.eval()
+    torch.manual_seed(args.seed)
+    sampling = {"do_sample": True, "temperature": args.temperature, "top_p": 1.0, "top_k": 0} if args.temperature else {
+        "do_sample": False}  # fmt: skip
+    config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id, **sampling)
+    records, texts = [], []
+    start = time.perf_counter()
+    for lo in range(0, len(rows), args.batch_size):
+        batch = rows.select(range(lo, min(lo + args.batch_size, len(rows))))
+        prompts = list(batch["prompt"])
+        episodes = env.run(model, tokenizer, prompts, render_prompts(tokenizer, prompts), config,
+                           max_completion_length=args.max_completion_length, pad_token_id=tokenizer.pad_token_id,
+                           eos_ids=[tokenizer.eos_token_id])  # fmt: skip
+        for trace, ids, golds in zip(episodes.search_trace, episodes.completion_ids, batch["golden_answers"],
+                                     strict=True):  # fmt: skip
+            records.append(episode_record(trace, golds, oracle))
+            texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+    wall = time.perf_counter() - start
+    return {"settings": asdict(args), "row": policy_row(records), "records": records, "texts": texts, "wall_s": wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run `procrl world-eval`; returns 0, or 2 after one error line for bad arguments."""
+    parsed = parse_or_exit(make_parser(), argv)
+    if parsed is None:
+        return EXIT_USAGE
+    (args,) = parsed
+    configure_logging()
+    result = run(args)
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "world_eval.json").write_text(json.dumps({k: v for k, v in result.items() if k != "texts"}, indent=2))
+    (out / "episodes.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in result["texts"]))
+    row = result["row"]
+    header = ["policy", "n", "EM [95%]", "format viol.", "searches/ep", *WORLD_LABELS]
+    em = f"{row['em']:.2f} [{row['em_low']:.2f}, {row['em_high']:.2f}]"
+    cells = [args.model, row["n"], em, f"{row['format_violation_rate']:.2f}", f"{row['searches_per_episode']:.2f}",
+             *(f"{row[f'label/{lab}']:.2f}" for lab in WORLD_LABELS)]  # fmt: skip
+    print(markdown_table(header, [cells]))
+    print(f"\n{row['steps']} steps; repairs: " + ", ".join(f"{g} {row[f'repair/{g}']}" for g in ("CC", "IE", "MB")))
+    print(f"results: {out / 'world_eval.json'} ({result['wall_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

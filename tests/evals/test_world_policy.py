@@ -1,0 +1,48 @@
+"""The world policy's calibration row: EM, format violations, searches and oracle label shares of episodes, on a
+gold episode, a malformed one and one without any tag, against values counted by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from procrl.data_builders.synthetic_world import WORLD_RELATIONS, SyntheticWorldConfig, build_world
+from procrl.data_builders.world_episodes import WorldEpisodeConfig, world_episodes
+from procrl.evals.world_policy import episode_record, policy_row
+from procrl.rewards.stepgap.oracle import StepGapOracle
+from procrl.rewards.stepgap.trace import parse_trace
+
+
+@pytest.fixture(scope="module")
+def setup():
+    w = build_world(SyntheticWorldConfig(n_train=12), "train")
+    oracle = StepGapOracle.from_rows(w.corpus, w.questions, WORLD_RELATIONS)
+    episodes, _ = world_episodes(w.questions, w.corpus, WorldEpisodeConfig(gap_rate=1.0), oracle=oracle)
+    return oracle, episodes
+
+
+def test_records_and_row(setup):
+    oracle, episodes = setup
+    gold = next(e for e in episodes if e.kind == "gold")
+    cc = next(e for e in episodes if e.kind == "CC")
+    q = gold.question
+    records = [
+        episode_record(gold.trace(), [q["answer"]], oracle),
+        episode_record(cc.trace(), [cc.question["answer"]], oracle),
+        episode_record(parse_trace(q["question"], "I do not know"), [q["answer"]], oracle),  # no tag at all
+        episode_record(parse_trace(q["question"], "<search> </search>"), [q["answer"]], oracle),  # empty query
+    ]
+    assert [r["em"] for r in records] == [1, 1, 0, 0]
+    assert records[0]["labels"] == ["NONE"] * (q["hops"] + 1) and records[2]["labels"] == []
+    assert records[3]["labels"] == ["FORMAT"] and "no_answer" in records[2]["format_violations"]
+    row = policy_row(records)
+    steps = sum(len(r["labels"]) for r in records)
+    assert row["n"] == 4 and row["em"] == 0.5 and row["format_violation_rate"] == 0.5
+    assert row["steps"] == steps and row["label/CC"] == pytest.approx(1 / steps)
+    assert row["label/FORMAT"] == pytest.approx(1 / steps) and row["repair/CC"] == 1.0 and row["repair/IE"] is None
+    assert row["searches_per_episode"] == pytest.approx((len(gold.retrieved) + len(cc.retrieved)) / 4)
+    assert 0.0 <= row["em_low"] < 0.5 < row["em_high"] <= 1.0
+
+
+def test_no_records_is_an_error():
+    with pytest.raises(ValueError, match="at least one"):
+        policy_row([])
