@@ -35,6 +35,9 @@ procrl calibrate --combine outputs/calib/* --out docs/results/calibration.md [--
                              one table (and plot) over finished calibrate runs, a row per (policy, level)
 procrl stepgap-eval --data annotated.jsonl --judge local
                              StepGap verifier metrics and stage ablations on an annotated set
+procrl nli pairs|train|eval --world data/world0 --out DIR [--pairs DIR] [--model DIR]
+                             StepGap's trained stage D: world-labelled NLI pairs, a MiniLM cross-encoder
+                             fine-tuned on them (make_nli(DIR) loads it), its test metrics vs baselines
 
 experiments
 procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
@@ -102,6 +105,10 @@ COMMANDS = {
         "procrl.scripts.world",
         "build the synthetic multi-hop world of StepGap: questions + passage corpus per split",
     ),
+    "nli": (
+        "procrl.scripts.nli",
+        "StepGap's trained stage D: world-labelled NLI pairs | train a small cross-encoder | eval vs baselines",
+    ),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from the runs' run.json files (no server)"),
 }
@@ -109,7 +116,7 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval"),
+    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval", "nli"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever", "world"),
 }
