@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "report": "procrl.scripts.report",
     "sweep": "procrl.scripts.sweep",
     "world": "procrl.scripts.world",
+    "nli": "procrl.scripts.nli",
 }
 
 
