@@ -37,6 +37,9 @@ procrl stepgap-eval --data annotated.jsonl --judge local
                              StepGap verifier metrics and stage ablations on an annotated set
 procrl world-eval --model CKPT --world data/world0 --split test --n 100
                              a search policy's EM, format violations, searches and oracle label shares
+procrl nli pairs|train|eval --world data/world0 --out DIR [--pairs DIR] [--model DIR]
+                             StepGap's trained stage D: world-labelled NLI pairs, a MiniLM cross-encoder
+                             fine-tuned on them (make_nli(DIR) loads it), its test metrics vs baselines
 
 experiments
 procrl sweep configs/sweeps/reward_ablation_svamp.yaml [--dry-run]
@@ -111,6 +114,10 @@ COMMANDS = {
         "procrl.scripts.world_eval",
         "a search policy in the synthetic world: EM, format violations, searches, oracle label shares",
     ),
+    "nli": (
+        "procrl.scripts.nli",
+        "StepGap's trained stage D: world-labelled NLI pairs | train a small cross-encoder | eval vs baselines",
+    ),
     "sweep": ("procrl.scripts.sweep", "run a sweep file's variants: wandb sweep + agent, or offline and resumable"),
     "report": ("procrl.scripts.report", "markdown table + plots from the runs' run.json files (no server)"),
 }
@@ -118,7 +125,7 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval", "world-eval"),
+    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval", "world-eval", "nli"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever", "world"),
 }

