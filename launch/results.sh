@@ -185,17 +185,18 @@ frs_arith_judges() {  # §4 with the embedded LLM judges on the first 100 proble
 
 frs_arith_grpo() {  # §4's second pairs: before vs after GRPO, and outcome-only vs oracle GRPO from the corrupted start
   local frs=$OUT/frs_arith sweeps=outputs/sweeps model name
-  for entry in "clean_grpo_outcome=$sweeps/process_rewards_organism/config=arith_organism_outcome,seed=0" \
+  for entry in "clean_first100=$(sft_checkpoint configs/demo/sft_organism.yaml)" \
+      "clean_grpo_outcome=$sweeps/process_rewards_organism/config=arith_organism_outcome,seed=0" \
       "corrupted_grpo_outcome=$sweeps/process_rewards_organism_corrupted/config=arith_organism_outcome,seed=0" \
       "corrupted_grpo_oracle=$sweeps/process_rewards_organism_corrupted/config=arith_organism_oracle,seed=0"; do
     name=${entry%%=*}; model=${entry#*=}
-    OMP_NUM_THREADS=1 $PROCRL frs --model "$model" --dataset arith-ops4-d1-test-n400 --start 0 --end -1 \
+    OMP_NUM_THREADS=1 $PROCRL frs --model "$model" --dataset arith-ops4-d1-test-n400 --start 0 --end 100 \
       --frs_traces 16 --judge oracle --frs_k_values 10 20 30 40 50 --generation_backend transformers \
       --max_new_tokens 64 --temperature 0.7 --prompt_template "{question}" --no_progress \
       --output_dir "$frs/organism_${name}_judge_oracle"
   done
-  $PROCRL frs compare "$frs/organism_clean_judge_oracle" "$frs/organism_clean_grpo_outcome_judge_oracle" --k 10 \
-    --output_dir "$frs/compare_before_after_grpo"
+  $PROCRL frs compare "$frs/organism_clean_first100_judge_oracle" "$frs/organism_clean_grpo_outcome_judge_oracle" \
+    --k 10 --output_dir "$frs/compare_before_after_grpo"
   $PROCRL frs compare "$frs/organism_corrupted_grpo_outcome_judge_oracle" "$frs/organism_corrupted_grpo_oracle_judge_oracle" \
     --k 10 --output_dir "$frs/compare_corrupted_grpo_arms"
   for dir in compare_before_after_grpo compare_corrupted_grpo_arms; do
