@@ -29,7 +29,7 @@ for policy in $POLICIES; do
     organism_300) calibrate organism_300 "$(sft_checkpoint configs/sft/organism_clean_short.yaml)" "{question}" transformers "$N" $D1 ;;
     organism_corrupted) calibrate organism_corrupted "$(sft_checkpoint configs/sft/organism_corrupted.yaml)" "{question}" transformers "$N" $D1 ;;
     smollm2) calibrate smollm2 default one_shot vllm "$N_LM" $D2 ;;
-    gemma) calibrate gemma gemma3-270m one_shot vllm "$N_LM" $D2 ;;
+    gemma) calibrate gemma gemma3-270m one_shot vllm "${N_GEMMA:-16}" arith-ops1-d2-test arith-ops2-d2-test ;;  # 270M: ~2x the 135M's time
     smollm2_sft) calibrate smollm2_sft "$(sft_checkpoint configs/sft/smollm2_clean.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
     smollm2_sft_corrupted) calibrate smollm2_sft_corrupted "$(sft_checkpoint configs/sft/smollm2_corrupted.yaml)" "{question}" vllm "$N_LM" arith-ops2-d2-test arith-ops3-d2-test ;;  # the clean row's ops4 is at 0.08
     smollm2_sft_20) calibrate smollm2_sft_20 "$(sft_checkpoint configs/sft/smollm2_clean_short.yaml)" "{question}" vllm "$N_LM" $D2_SFT ;;
