@@ -36,6 +36,7 @@ _EXPORTS = {
     "generate_completions": "hf",
     "left_pad": "hf",
     "render_prompts": "hf",
+    "plain_chat_template": "hf",
     "sequence_logps": "hf",
     "sequence_self_certainty": "hf",
     "TransformersEngine": "transformers_engine",

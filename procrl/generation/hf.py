@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import json
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -66,17 +67,47 @@ def eos_token_ids(tokenizer, generation_config=None) -> list[int]:
 
 def render_prompts(tokenizer, prompts: Sequence, chat_template_kwargs: dict | None = None) -> list[list[int]]:
     """Token ids of each prompt: chat messages through the chat template (with the generation prompt), plain
-    strings through the tokenizer as TRL does (`processing_class(text=prompts)`)."""
+    strings through the tokenizer as TRL does (`processing_class(text=prompts)`). A tokenizer without a chat
+    template (a base model) renders messages as plain "role: content" lines (`plain_chat_template`, logged)."""
     if prompts and not isinstance(prompts[0], str):
+        plain = plain_chat_template(tokenizer)
+        if plain is not None:
+            logger.info("the tokenizer has no chat template: chat prompts rendered as plain 'role: content' lines")
         rendered = tokenizer.apply_chat_template(
             list(prompts),
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
+            **({"chat_template": plain} if plain is not None else {}),
             **(chat_template_kwargs or {}),
         )
         return [list(ids) for ids in rendered["input_ids"]]
     return [list(ids) for ids in tokenizer(text=list(prompts))["input_ids"]]
+
+
+def plain_chat_template(tokenizer) -> str | None:
+    """A jinja chat template rendering chat messages as plain "role: content" lines (`TransformersJudge`'s plain
+    prompt) for a tokenizer without a chat template (a base model: Gemma 3 270M); None when the tokenizer has one.
+
+    The plain prompt is `"".join(f"{role}: {content}\\n" ...) + "assistant:"`, tokenised with the tokenizer's
+    special tokens (`tokenizer(text)`, `procrl.generation.render_prompts`); vLLM tokenises a rendered chat prompt
+    without them, so the special tokens the tokenizer puts in front (Gemma's `<bos>`) are written into the template.
+    Special tokens a tokenizer appends at the end are not reproduced (no tokenizer here appends any).
+    """
+    if getattr(tokenizer, "chat_template", None):
+        return None
+    with_special = tokenizer("x")["input_ids"]
+    plain = tokenizer("x", add_special_tokens=False)["input_ids"]
+    n_prefix = next((i for i in range(len(with_special) + 1) if with_special[i:] == plain), 0)
+    prefix = "".join(tokenizer.convert_ids_to_tokens(with_special[:n_prefix]))
+    # json.dumps quotes and escapes like a jinja string literal (jinja decodes backslash escapes in literals).
+    return (
+        "{{- " + json.dumps(prefix) + " -}}\n"
+        "{%- for message in messages -%}\n"
+        "{{- message['role'] + ': ' + message['content'] + '\\n' -}}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}{{- 'assistant:' -}}{%- endif -%}\n"
+    )
 
 
 def left_pad(sequences: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,6 +47,7 @@ from collections.abc import Sequence
 
 from transformers import AutoTokenizer
 
+from procrl.generation.hf import plain_chat_template
 from procrl.models import resolve_model
 from procrl.utils import get_logger
 
@@ -327,31 +328,6 @@ class JudgeServer:
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("model_id", "engine", "host", "port", "device"))
         return f"JudgeServer({fields})"
-
-
-def plain_chat_template(tokenizer) -> str | None:
-    """A jinja chat template rendering `TransformersJudge`'s plain prompt for a tokenizer without a chat template;
-    None when the tokenizer has one.
-
-    The plain prompt is `"".join(f"{role}: {content}\\n" ...) + "assistant:"`, tokenised with the tokenizer's
-    special tokens (`tokenizer(text)`, `procrl.generation.render_prompts`); vLLM tokenises a rendered chat prompt
-    without them, so the special tokens the tokenizer puts in front (Gemma's `<bos>`) are written into the template.
-    Special tokens a tokenizer appends at the end are not reproduced (no tokenizer here appends any).
-    """
-    if getattr(tokenizer, "chat_template", None):
-        return None
-    with_special = tokenizer("x")["input_ids"]
-    plain = tokenizer("x", add_special_tokens=False)["input_ids"]
-    n_prefix = next((i for i in range(len(with_special) + 1) if with_special[i:] == plain), 0)
-    prefix = "".join(tokenizer.convert_ids_to_tokens(with_special[:n_prefix]))
-    # json.dumps quotes and escapes like a jinja string literal (jinja decodes backslash escapes in literals).
-    return (
-        "{{- " + json.dumps(prefix) + " -}}\n"
-        "{%- for message in messages -%}\n"
-        "{{- message['role'] + ': ' + message['content'] + '\\n' -}}\n"
-        "{%- endfor -%}\n"
-        "{%- if add_generation_prompt -%}{{- 'assistant:' -}}{%- endif -%}\n"
-    )
 
 
 def _vllm_cpu_build() -> bool:
