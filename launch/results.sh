@@ -199,7 +199,9 @@ frs_arith_grpo() {  # §4's second pairs: before vs after GRPO, and outcome-only
     --k 10 --output_dir "$frs/compare_before_after_grpo"
   $PROCRL frs compare "$frs/organism_corrupted_grpo_outcome_judge_oracle" "$frs/organism_corrupted_grpo_oracle_judge_oracle" \
     --k 10 --output_dir "$frs/compare_corrupted_grpo_arms"
-  for dir in compare_before_after_grpo compare_corrupted_grpo_arms; do
+  $PROCRL frs compare "$frs/organism_corrupted_grpo_outcome_judge_oracle" "$frs/organism_corrupted_grpo_oracle_judge_oracle" \
+    --k 50 --output_dir "$frs/compare_corrupted_grpo_arms_k50"  # not pre-registered: FRS@10 sits at its ceiling
+  for dir in compare_before_after_grpo compare_corrupted_grpo_arms compare_corrupted_grpo_arms_k50; do
     keep "frs_arith/$dir" "$frs/$dir"/{table.md,frs_compare.png,run.json}
   done
 }
