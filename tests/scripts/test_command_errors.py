@@ -29,6 +29,8 @@ COMMANDS = {
     "procrl.scripts.calibrate": ("procrl calibrate", []),
     "procrl.scripts.pum_gain_check": ("procrl pum-gain-check", ["outputs/pum_math/x"]),
     "procrl.scripts.world": ("procrl world", ["build", "--out", "data/world"]),
+    "procrl.scripts.world_eval": ("procrl world-eval", ["--model", "some/ckpt"]),
+    "procrl.scripts.nli": ("procrl nli", ["pairs", "--out", "data/nli"]),
     "procrl.scripts.demo": ("train_grpo.py", []),  # the demo's flags go to its GRPO stage, checked before stage 1
 }
 # one value each command's dataclass refuses in __post_init__, and a word of the message (`procrl model`'s one
@@ -50,6 +52,8 @@ REFUSED = {
     "procrl.scripts.demo": (["--task", "chess"], "task='chess' must be one of"),
     "procrl.scripts.pum_gain_check": (["--resamples", "-1"], "--resamples must be >= 0, got -1"),
     "procrl.scripts.world": (["--n-train", "0"], "n_train must be >= 1"),
+    "procrl.scripts.world_eval": (["--n", "0"], "n, batch_size and max_completion_length must be >= 1"),
+    "procrl.scripts.nli": (["--resamples", "0"], "resamples and eval_batch_size must be >= 1"),
 }
 
 
