@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import logging
 import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -148,3 +150,22 @@ def lazy_exports(package: str, exports: Mapping[str, str]) -> tuple[Callable[[st
         return sorted([*vars(module), *exports])
 
     return __getattr__, __dir__
+
+
+def read_jsonl(source: str | os.PathLike | Traversable) -> list[dict]:
+    """The records of a JSONL file (a path or an `importlib.resources` file), blank lines skipped.
+
+    Raises:
+        ValueError: a line that is not valid JSON (the message names the line).
+    """
+    source = Path(source) if isinstance(source, str | os.PathLike) else source
+    rows = []
+    with source.open("r", encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{source}: line {line_no} is not valid JSON ({err}).") from err
+    return rows

@@ -29,7 +29,7 @@ from typing import Any
 import datasets
 
 from procrl.generation import render_prompts
-from procrl.retrieval import read_jsonl
+from procrl.utils import read_jsonl
 
 __all__ = ["episode_examples", "is_episode_file", "tokenize_episode", "tokenize_episodes"]
 

@@ -29,6 +29,8 @@ from typing import Any, Protocol
 
 import bm25s
 
+from procrl.utils import read_jsonl  # re-exported: procrl.retrieval.read_jsonl
+
 __all__ = [
     "BM25Index",
     "Passage",
@@ -96,25 +98,6 @@ def document_to_passage(document: Any, score: float | None = None) -> Passage:
     contents = str(document.get("contents") or "")
     title, _, text = contents.partition("\n")
     return Passage(title.strip().strip('"'), text.strip(), score)
-
-
-def read_jsonl(source: str | os.PathLike | Traversable) -> list[dict]:
-    """The records of a JSONL file (a path or an `importlib.resources` file), blank lines skipped.
-
-    Raises:
-        ValueError: a line that is not valid JSON (the message names the line).
-    """
-    source = Path(source) if isinstance(source, str | os.PathLike) else source
-    rows = []
-    with source.open("r", encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{source}: line {line_no} is not valid JSON ({err}).") from err
-    return rows
 
 
 def load_corpus(path: str | os.PathLike | Traversable) -> list[Passage]:
