@@ -28,6 +28,7 @@ line and its other modules import sentence-transformers, so the zip is found wit
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -162,19 +163,12 @@ def prepare_minilm_model(force: bool = False, zip_path: str | Path | None = None
     with FileLock(str(target.parent / f".{target.name}.lock")):
         if (target / _DONE_MARKER).is_file() and not force:
             return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
+        with _staging(target) as tmp:
             with zipfile.ZipFile(source) as archive:
                 if "config.json" not in archive.namelist():
                     raise ValueError(f"{source} holds no config.json at its top: not a model directory")
                 archive.extractall(tmp)
             (tmp / _DONE_MARKER).write_text(f"extracted from {source}\n")
-            if target.exists():
-                shutil.rmtree(target)
-            tmp.rename(target)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
@@ -193,18 +187,26 @@ def _convert_gguf(gguf: Path, target: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     detach_gguf_quantizer(model)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    with _staging(target) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / _DONE_MARKER).write_text(f"converted from {gguf}\n")
+    return target
+
+
+@contextlib.contextmanager
+def _staging(target: Path):
+    """A fresh folder beside `target` to write into; on success it replaces `target` (one rename), on an error it is
+    removed and `target` stays as it was."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        yield tmp
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return target
 
 
 def detach_gguf_quantizer(model) -> None:
