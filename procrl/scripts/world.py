@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trl import TrlParser
 
@@ -40,6 +41,7 @@ from procrl.data_builders.synthetic_world import (
     write_worlds,
 )
 from procrl.data_builders.world_episodes import WorldEpisodeConfig, episode_rows, world_episodes
+from procrl.data_builders.world_tokenizer import DEFAULT_VOCAB_SIZE, episode_texts, world_tokenizer
 from procrl.evals.reporting import markdown_table
 from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.scripts._common import (
@@ -50,6 +52,7 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
+from procrl.utils import read_jsonl
 
 __all__ = ["ACTIONS", "WorldCommandArguments", "main", "make_parser"]
 
@@ -60,7 +63,7 @@ EPISODE_SPLITS = ("train", "dev")  # the splits `episodes` writes SFT data for (
 _VALUE_FLAGS = ("--action", "--config", "--out", "--seed", "--n_train", "--n-train", "--n_dev", "--n-dev", "--n_test",
                 "--n-test", "--namesake_rate", "--namesake-rate", "--mention_rate", "--mention-rate", "--topk",
                 "--max_turns", "--gap_rate", "--gap_kinds", "--gap_loss", "--prompt_template", "--example",
-                "--episode_seed")  # fmt: skip
+                "--episode_seed", "--tokenizer_vocab_size", "--tokenizer-vocab-size")  # fmt: skip
 
 
 @dataclass
@@ -75,12 +78,25 @@ class WorldCommandArguments:
         }
     )
     out: str = field(default="", metadata={"help": "the folder to write the world into (created; files replaced)"})
+    tokenizer_vocab_size: int = field(
+        default=DEFAULT_VOCAB_SIZE,
+        metadata={
+            "help": "episodes: also write <out>/tokenizer, a byte-level BPE of this many tokens trained on the train "
+            "split's passages and episodes, for policies trained from scratch (configs/sft/world_organism.yaml); "
+            "0 writes none",
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.action not in ACTIONS:
             raise ValueError(f"action={self.action!r} must be one of {ACTIONS}: procrl world build --out DIR")
         if not self.out:
             raise ValueError(f"give the folder to write: procrl world {self.action} --out data/world0")
+        if self.tokenizer_vocab_size and self.tokenizer_vocab_size < 259:
+            raise ValueError(
+                f"tokenizer_vocab_size={self.tokenizer_vocab_size} is below 259 (256 bytes + 3 special tokens): "
+                "use e.g. 2000, or 0 for no tokenizer"
+            )
 
 
 def make_parser() -> TrlParser:
@@ -106,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         meta = write_worlds(worlds, config, args.out)
         written = _write_episodes(worlds, episode_config, args.out) if args.action == "episodes" else {}
+        tokenizer_dir = _write_tokenizer(worlds, written, args) if written and args.tokenizer_vocab_size else None
     except OSError as error:
         return usage_error(PROG, error)
     rows = []
@@ -123,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         keys = ["questions", "gold", "IE", "CC", "MB", "gold_dropped", "gap_dropped"]
         print()
         print(markdown_table(header, [[split, *(c[k] for k in keys), path] for split, (path, c) in written.items()]))
+    if tokenizer_dir:
+        print(f"\ntokenizer: {tokenizer_dir} (byte-level BPE, {args.tokenizer_vocab_size} tokens, trained on train)")
     return 0
 
 
@@ -138,6 +157,15 @@ def _write_episodes(worlds: dict, config: WorldEpisodeConfig, out: str) -> dict[
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         written[split] = (str(path), counts)
     return written
+
+
+def _write_tokenizer(worlds: dict, written: dict, args: WorldCommandArguments) -> str:
+    """Train the world tokenizer on the train split's passages and episodes; write it to `<out>/tokenizer`."""
+    train_episodes = read_jsonl(written["train"][0])
+    texts = episode_texts(worlds["train"].corpus, train_episodes)
+    folder = Path(args.out) / "tokenizer"
+    world_tokenizer(texts, args.tokenizer_vocab_size).save_pretrained(str(folder))
+    return str(folder)
 
 
 if __name__ == "__main__":

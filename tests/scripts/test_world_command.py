@@ -45,6 +45,7 @@ def test_a_folder_named_build(tmp_path, monkeypatch):
         (["build"], "give the folder to write: procrl world build --out"),
         (["build", "--out", "x", "--hops", "4"], "hops must be a non-empty subset of [2, 3]"),
         (["build", "--out", "x", "--namesake-rate", "2"], "namesake_rate must be in [0, 1]"),
+        (["episodes", "--out", "x", "--tokenizer_vocab_size", "10"], "tokenizer_vocab_size=10 is below 259"),
     ],
 )
 def test_bad_values_are_one_error_line(argv, message, capsys):
@@ -58,3 +59,14 @@ def test_an_unwritable_folder_is_one_error_line(tmp_path, capsys):
     blocker.write_text("x")
     assert world.main(["build", "--out", str(blocker / "w"), *SMALL]) == 2
     assert capsys.readouterr().err.startswith("procrl world: error: ")
+
+
+def test_episodes_write_the_tokenizer_unless_its_size_is_zero(tmp_path, capsys):
+    assert world.main(["episodes", "--out", str(tmp_path / "a"), *SMALL, "--tokenizer_vocab_size", "300"]) == 0
+    assert f"tokenizer: {tmp_path / 'a' / 'tokenizer'} (byte-level BPE, 300 tokens" in capsys.readouterr().out
+    tok = json.loads((tmp_path / "a" / "tokenizer" / "tokenizer.json").read_text())
+    assert tok["model"]["type"] == "BPE" and len(tok["model"]["vocab"]) + len(tok["added_tokens"]) >= 259
+    assert world.main(["episodes", "--out", str(tmp_path / "b"), *SMALL, "--tokenizer-vocab-size", "0"]) == 0
+    assert (tmp_path / "b" / "train" / "episodes.jsonl").is_file() and not (tmp_path / "b" / "tokenizer").exists()
+    assert world.main(["build", "--out", str(tmp_path / "c"), *SMALL]) == 0
+    assert not (tmp_path / "c" / "tokenizer").exists()  # build writes no episodes, so no tokenizer
