@@ -9,6 +9,9 @@ the parsed traces here; this module only measures them. Definitions (n episodes,
 - format-violation rate: share of episodes with any format violation (`Trace.format_violations`, "no_answer"
   included), the search task's `stepgap/format_violation_frac`;
 - searches per episode: executed searches (`Trace.num_searches`), mean;
+- annotated steps: `annotated_record` writes an episode whose steps are all well-formed in the annotated-trace format
+  of `procrl stepgap-eval` (`procrl.evals.stepgap.evaluate.load_annotated`), with the oracle's labels as gold, so the
+  StepGap verifier can be measured on the policy's own steps;
 - label shares: the oracle's label of every well-formed step (NONE, CC, IE, MB) over all steps; a malformed step
   counts as FORMAT, as the StepGap reward labels it; plus the repair rate after each gap type (gaps followed by a
   next step that makes the oracle's repair).
@@ -23,7 +26,7 @@ from procrl.rewards.qa import normalize_answer
 from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.rewards.stepgap.trace import Trace
 
-__all__ = ["WORLD_LABELS", "episode_record", "policy_row"]
+__all__ = ["WORLD_LABELS", "annotated_record", "episode_record", "policy_row"]
 
 WORLD_LABELS = ("NONE", "CC", "IE", "MB", "FORMAT", "ERROR")
 
@@ -81,3 +84,30 @@ def policy_row(records: Sequence[dict]) -> dict:
                     if lab == gap and rep is not None]  # fmt: skip
         row[f"repair/{gap}"] = sum(outcomes) / len(outcomes) if outcomes else None
     return row
+
+
+def annotated_record(trace: Trace, record: dict, question: dict) -> dict | None:
+    """The episode as an annotated trace (`procrl.evals.stepgap.evaluate.load_annotated`'s record: id, question,
+    answer, gold_answer, steps with kind, text, query, answer, evidence, retrieved and the oracle's label as `gold`),
+    or None when a step is not oracle-labelled (FORMAT: malformed; ERROR) or there is no step: such an episode has no
+    typed gold for every step. `record` is the episode's `episode_record`, `question` its question row (id, answer).
+
+    >>> from procrl.rewards.stepgap.trace import TraceStep
+    >>> step = TraceStep("conclusion", "<answer> Baexmora </answer>", None, "Baexmora", [], [])
+    >>> trace = Trace(question="Where?", steps=[step], answer="Baexmora", format_violations=[])
+    >>> out = annotated_record(trace, {"labels": ["NONE"]}, {"id": "q1", "answer": "Baexmora"})
+    >>> out["steps"][0]["gold"], out["answer"], annotated_record(trace, {"labels": ["FORMAT"]}, {"id": "q1"})
+    ('NONE', 'Baexmora', None)
+    """
+    labels = record["labels"]
+    if not labels or any(label not in ("NONE", "CC", "IE", "MB") for label in labels):
+        return None
+
+    def passages(items) -> list[dict]:
+        return [{"title": p.title, "text": p.text} for p in items]
+
+    steps = [{"kind": step.kind, "text": step.text, "query": step.query, "answer": step.answer,
+              "evidence": passages(step.evidence), "retrieved": passages(step.retrieved), "gold": label}
+             for step, label in zip(trace.steps, labels, strict=True)]  # fmt: skip
+    return {"id": question["id"], "question": trace.question, "answer": trace.answer,
+            "gold_answer": question.get("answer"), "steps": steps}  # fmt: skip

@@ -7,7 +7,13 @@ The first `n` questions of `<world>/<split>/questions.jsonl`, prompted as `task:
 (`prompt_template: search`, no worked example unless --example), run through the search environment that GRPO uses
 (`procrl.trainers.search_env.SearchEnvironment` over a BM25 index of the split's corpus, top-k and search limit as
 given), greedy by default; the traces are labelled by the split's oracle (`procrl.evals.world_policy`). Prints the
-row and writes `<output_dir>/world_eval.json` (settings, row, per-episode records) and `episodes.jsonl` (texts).
+row and writes `<output_dir>/world_eval.json` (settings, row, per-episode records), `episodes.jsonl` (texts) and
+`annotated.jsonl`: every episode whose steps are all well-formed, with the oracle's label of each step as its gold, in
+the format `procrl stepgap-eval --data` reads (`procrl.evals.world_policy.annotated_record`), so the StepGap verifier
+is measured on the policy's own steps:
+
+    procrl world-eval --model CKPT --world data/world0 --split test --n 500 --output_dir outputs/world_eval/organism
+    procrl stepgap-eval --data outputs/world_eval/organism/annotated.jsonl --nli outputs/nli/minilm ...
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from transformers import GenerationConfig
 from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions
 from procrl.data_builders.synthetic_world import load_world_oracle, world_paths
 from procrl.evals.reporting import markdown_table
-from procrl.evals.world_policy import WORLD_LABELS, episode_record, policy_row
+from procrl.evals.world_policy import WORLD_LABELS, annotated_record, episode_record, policy_row
 from procrl.generation import render_prompts
 from procrl.models import load_policy
 from procrl.retrieval import BM25Index
@@ -65,7 +71,7 @@ def make_parser() -> ConfigParser:
 
 
 def run(args: WorldEvalArguments) -> dict:
-    """Roll out, label and measure (module docstring); returns {settings, row, records, texts, wall_s}."""
+    """Roll out, label and measure (module docstring); returns {settings, row, records, texts, annotated, wall_s}."""
     questions_path, corpus_path = world_paths(args.world, args.split)
     oracle = load_world_oracle(questions_path, corpus_path)
     env = SearchEnvironment(BM25Index.from_jsonl(corpus_path), topk=args.topk, max_turns=args.max_turns)
@@ -76,7 +82,7 @@ def run(args: WorldEvalArguments) -> dict:
     sampling = {"do_sample": True, "temperature": args.temperature, "top_p": 1.0, "top_k": 0} if args.temperature else {
         "do_sample": False}  # fmt: skip
     config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id, **sampling)
-    records, texts = [], []
+    records, texts, annotated = [], [], []
     start = time.perf_counter()
     for lo in range(0, len(rows), args.batch_size):
         batch = rows.select(range(lo, min(lo + args.batch_size, len(rows))))
@@ -84,12 +90,14 @@ def run(args: WorldEvalArguments) -> dict:
         episodes = env.run(model, tokenizer, prompts, render_prompts(tokenizer, prompts), config,
                            max_completion_length=args.max_completion_length, pad_token_id=tokenizer.pad_token_id,
                            eos_ids=[tokenizer.eos_token_id])  # fmt: skip
-        for trace, ids, golds in zip(episodes.search_trace, episodes.completion_ids, batch["golden_answers"],
-                                     strict=True):  # fmt: skip
+        for trace, ids, golds, qid in zip(episodes.search_trace, episodes.completion_ids, batch["golden_answers"],
+                                          batch["id"], strict=True):  # fmt: skip
             records.append(episode_record(trace, golds, oracle))
             texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+            annotated.append(annotated_record(trace, records[-1], {"id": qid, "answer": golds[0]}))
     wall = time.perf_counter() - start
-    return {"settings": asdict(args), "row": policy_row(records), "records": records, "texts": texts, "wall_s": wall}
+    return {"settings": asdict(args), "row": policy_row(records), "records": records, "texts": texts,
+            "annotated": [a for a in annotated if a is not None], "wall_s": wall}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     result = run(args)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    kept = result.pop("annotated")
+    result["annotated"] = {"episodes": len(kept), "steps": sum(len(a["steps"]) for a in kept),
+                           "dropped_episodes": len(result["records"]) - len(kept)}  # fmt: skip
     (out / "world_eval.json").write_text(json.dumps({k: v for k, v in result.items() if k != "texts"}, indent=2))
     (out / "episodes.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in result["texts"]))
+    (out / "annotated.jsonl").write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in kept))
     row = result["row"]
     header = ["policy", "n", "EM [95%]", "format viol.", "searches/ep", *WORLD_LABELS]
     em = f"{row['em']:.2f} [{row['em_low']:.2f}, {row['em_high']:.2f}]"
@@ -111,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
              *(f"{row[f'label/{lab}']:.2f}" for lab in WORLD_LABELS)]  # fmt: skip
     print(markdown_table(header, [cells]))
     print(f"\n{row['steps']} steps; repairs: " + ", ".join(f"{g} {row[f'repair/{g}']}" for g in ("CC", "IE", "MB")))
+    n_ann = result["annotated"]
+    print(f"annotated: {out / 'annotated.jsonl'}: {n_ann['steps']} oracle-labelled steps of {n_ann['episodes']} "
+          f"episodes ({n_ann['dropped_episodes']} with a malformed step left out)")
     print(f"results: {out / 'world_eval.json'} ({result['wall_s']:.0f} s)")
     return 0
 

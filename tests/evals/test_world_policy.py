@@ -3,11 +3,14 @@ gold episode, a malformed one and one without any tag, against values counted by
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from procrl.data_builders.synthetic_world import WORLD_RELATIONS, SyntheticWorldConfig, build_world
 from procrl.data_builders.world_episodes import WorldEpisodeConfig, world_episodes
-from procrl.evals.world_policy import episode_record, policy_row
+from procrl.evals.stepgap.evaluate import load_annotated
+from procrl.evals.world_policy import annotated_record, episode_record, policy_row
 from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.rewards.stepgap.trace import parse_trace
 
@@ -46,3 +49,28 @@ def test_records_and_row(setup):
 def test_no_records_is_an_error():
     with pytest.raises(ValueError, match="at least one"):
         policy_row([])
+
+
+def test_annotated_records_read_back_with_the_oracle_labels(setup, tmp_path):
+    oracle, episodes = setup
+    chosen = [e for e in episodes if e.kind != "gold"][:3] + [next(e for e in episodes if e.kind == "gold")]
+    rows, expected = [], []
+    for ep in chosen:
+        record = episode_record(ep.trace(), [ep.question["answer"]], oracle)
+        rows.append(annotated_record(ep.trace(), record, ep.question))
+        expected.append(record["labels"])
+    assert any(set(labels) - {"NONE"} for labels in expected)  # gaps among them
+    q = chosen[0].question
+    for text in ("<search> </search>", "I do not know"):  # a malformed step; no step at all
+        trace = parse_trace(q["question"], text)
+        assert annotated_record(trace, episode_record(trace, [q["answer"]], oracle), q) is None
+    path = tmp_path / "annotated.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = load_annotated(path)
+    assert [gold for _, gold in loaded] == expected
+    for (trace, _), ep in zip(loaded, chosen, strict=True):  # the verifier sees the same steps and evidence
+        source = ep.trace()
+        assert [s.query for s in trace.steps] == [s.query for s in source.steps]
+        assert [[p.title for p in s.evidence] for s in trace.steps] == [[p.title for p in s.evidence] for s in
+                                                                        source.steps]
+        assert trace.answer == source.answer == ep.question["answer"]
