@@ -255,6 +255,21 @@ def test_judge_oracle_labels_a_generated_world_with_its_oracle(fakes, tmp_path):
     assert fakes["opened"] == []  # no judge was opened
 
 
+def test_the_world_config_opens_on_a_written_world(fakes, tmp_path):
+    config = SyntheticWorldConfig(n_train=6, n_dev=2, n_test=2, hops=[2])
+    write_worlds(build_worlds(config), config, tmp_path / "world")
+    questions, corpus = world_paths(tmp_path / "world", "train")
+    argv = ["--config", str(CONFIGS / "stepgap_world_organism.yaml"), "--output_dir", str(tmp_path / "out"),
+            "--dataset_name", str(questions), "--retriever", str(corpus)]  # fmt: skip
+    ctx, job = _task(argv)
+    with ctx as task:  # dataset_end null: every question there is
+        assert isinstance(task.verifier, StepGapOracle) and len(task.train_dataset) == 6
+        em, stepgap = make_rewards(job, task).funcs
+        assert em is em_reward and isinstance(stepgap, StepGapReward) and stepgap.config.shaping is True
+        assert task.rollout_func.env.topk == 3 and job.training.generation_backend == "transformers"
+    assert fakes["opened"] == []
+
+
 def test_bad_search_settings():
     with pytest.raises(ValueError, match="dataset_name: 2wiki_dev_sample"):
         parse_args(["--config", str(MAIN_CONFIG), "--dataset_name", "svamp"])
@@ -290,6 +305,22 @@ def test_launch_script_variables():
     )
     bad = _script(SHAPING="maybe")
     assert bad.returncode == 2 and "SHAPING must be on or off" in bad.stderr
+
+
+@pytest.mark.slow  # subprocess
+def test_launch_script_world_variable(tmp_path):
+    missing = _script(WORLD=str(tmp_path / "none"))
+    assert missing.returncode == 2 and "procrl world episodes --out" in missing.stderr
+    (tmp_path / "w" / "train").mkdir(parents=True)
+    (tmp_path / "w" / "train" / "questions.jsonl").write_text("")
+    out = _script(WORLD=str(tmp_path / "w"), MODEL="ckpt").stdout.split()
+    value = {flag: out[out.index(flag) + 1] for flag in ("--config", "--judge", "--retriever", "--dataset_name",
+                                                         "--model_name_or_path")}  # fmt: skip
+    assert value == {"--config": "configs/grpo/stepgap_world_organism.yaml", "--judge": "oracle",
+                     "--retriever": f"{tmp_path}/w/train/corpus.jsonl",
+                     "--dataset_name": f"{tmp_path}/w/train/questions.jsonl", "--model_name_or_path": "ckpt"}  # fmt: skip
+    out = _script(WORLD=str(tmp_path / "w"), JUDGE="local").stdout.split()  # the learned verifier: the judge kept
+    assert out[out.index("--judge") + 1] == "local"
 
 
 def test_unknown_search_prompt_template_is_refused_at_parse_time(tmp_path):
