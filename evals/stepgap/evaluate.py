@@ -21,6 +21,12 @@ Intervals (`metric_intervals`): the percentile bootstrap over QUESTIONS (`procrl
 resamples, 95%) of sF1, Q-F1, BA and typed macro-F1, each resample recomputing the metrics on the resampled questions
 (from per-question counts, `question_counts`); every row uses the same seed, so all rows see the same resamples.
 
+Differences (`comparisons`, `paired_difference_intervals`): with the ablation, the paired bootstrap over questions of
+"full − -X" for each stage X, and with the LLM-only verifier "full − LLM-only" and "LLM-only − LLM-only -<part>" for
+each prompt part: both sides scored on the same resampled questions, so the interval decides what two overlapping
+per-row intervals cannot. Positive "full − -X": removing X hurts; `format_differences_markdown` prints them in points
+with the reading rule (`DIFFERENCE_RULE`).
+
 Beside them (`baselines`), three trivial verifiers on the same steps, with the same metrics, so a reader sees whether
 the judge carries any signal: all-NONE (never flags), all-IE (flags every step: the Q-F1 inflation check, a high
 Q-F1 with BA 50) and random (each step drawn independently from the gold label shares of the evaluated steps; the
@@ -42,7 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, MISSING, format_estimate, ratio
-from procrl.evals.stepgap.intervals import CI_METRICS, TYPED_LABELS, metric_intervals, question_counts
+from procrl.evals.stepgap.intervals import (
+    CI_METRICS,
+    TYPED_LABELS,
+    metric_intervals,
+    paired_difference_intervals,
+    question_counts,
+)
 from procrl.evals.stepgap.llm_only import variant_parts
 from procrl.rewards.stepgap.trace import Passage, Trace, TraceStep
 from procrl.rewards.stepgap.verifier import GAP_LABELS, LABELS, STAGES
@@ -55,6 +67,12 @@ DEFAULT_DATA = Path(__file__).resolve().parent / "data" / "annotated_2wiki.jsonl
 PAPER_REFERENCE = {"sF1": 0.720, "Q-F1": 0.812, "BA": 0.606}
 BASELINE_DRAWS = 200
 _SCALARS = ("sF1", "step_precision", "step_recall", "Q-F1", "BA", "typed_macro_f1")
+MINUS = " \N{MINUS SIGN} "  # between the two rows of a comparison name: "full − -A"
+DIFFERENCE_RULE = (  # the reading rule under the differences table
+    "a − b in points; full − -X: removing X hurts when the interval lies above 0, helps when below 0, else no "
+    "difference shown"
+)
+_INTERVAL_NOTE = "[low, high]: paired bootstrap interval over questions (both rows on the same resamples); "
 
 __all__ = [
     "DEFAULT_DATA",
@@ -63,6 +81,11 @@ __all__ = [
     "CI_METRICS",
     "baselines",
     "metric_intervals",
+    "paired_difference_intervals",
+    "comparisons",
+    "format_differences_markdown",
+    "DIFFERENCE_RULE",
+    "MINUS",
     "question_counts",
     "format_markdown",
     "binary_f1",
@@ -315,6 +338,58 @@ def format_markdown(rows: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _points(value: float) -> str:
+    """A fraction as signed points, one decimal ("+3.1", "-0.5"; "+0.0", never "-0.0")."""
+    return f"{round(100 * value, 1) + 0.0:+.1f}"
+
+
+def format_differences_markdown(differences: dict[str, dict[str, dict[str, float | None]]]) -> str:
+    """The paired differences (`evaluate`'s "differences": {comparison: `paired_difference_intervals` dict}) as a
+    Markdown table, one row per comparison, sF1 / Q-F1 / BA / typed F1 as signed points "+x.x [low, high]" ("+x.x"
+    without an interval, "–" for a metric undefined for either side), and on one line below `DIFFERENCE_RULE`, after
+    what the brackets are where the table has an interval.
+
+    >>> text = format_differences_markdown({"full − -A": {"BA": {"diff": 0.05, "low": 0.01, "high": 0.1}}})
+    >>> print("\\n".join(text.splitlines()[:3]))
+    | comparison | sF1 | Q-F1 | BA | typed F1 |
+    |---|---|---|---|---|
+    | full − -A | – | – | +5.0 [+1.0, +10.0] | – |
+    >>> text.splitlines()[-1].endswith(DIFFERENCE_RULE)
+    True
+    """
+    head = ["comparison", "sF1", "Q-F1", "BA", "typed F1"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    note = ""
+    for name, row in differences.items():
+        cells = []
+        for metric in CI_METRICS:
+            entry = row.get(metric)
+            text = MISSING if entry is None else _points(entry["diff"])
+            if entry is not None and entry["low"] is not None and entry["high"] is not None:
+                text += f" [{_points(entry['low'])}, {_points(entry['high'])}]"
+                note = _INTERVAL_NOTE
+            cells.append(text)
+        lines.append("| " + " | ".join([name, *cells]) + " |")
+    return "\n".join(lines) + "\n\n" + note + DIFFERENCE_RULE
+
+
+def comparisons(ablation: bool, llm_only: bool) -> dict[str, tuple[str, str]]:
+    """The paired differences `evaluate` reports, {name: (row a, row b)} for a − b: none without the ablation; else
+    "full − -X" for each stage X of `STAGES` and, with `llm_only`, "full − LLM-only" and "LLM-only − LLM-only -<part>"
+    for each prompt part (`variant_parts`).
+
+    >>> list(comparisons(True, False))
+    ['full − -A', 'full − -B', 'full − -C', 'full − -D', 'full − -E']
+    """
+    if not ablation:
+        return {}
+    out = {f"full{MINUS}-{stage}": ("full", f"-{stage}") for stage in STAGES}
+    if llm_only:
+        out[f"full{MINUS}LLM-only"] = ("full", "LLM-only")
+        out |= {f"LLM-only{MINUS}{name}": ("LLM-only", name) for name in variant_parts() if name != "LLM-only"}
+    return out
+
+
 def evaluate(
     verifier: Any,
     data: list[tuple[Trace, list[str]]],
@@ -337,14 +412,17 @@ def evaluate(
         llm_only: an `LLMOnlyVerifier` (`judge_variants`, `labels`, `unscored`) or None; its rows join "metrics".
         baseline_draws, seed: the random baseline's draws and seed (`baselines`); `seed` also seeds the bootstrap.
         bootstrap_resamples, confidence: `metric_intervals` of every variant and baseline row, stored under the
-            row's "ci" ({metric: [low, high]}); 0 resamples: no intervals.
+            row's "ci" ({metric: [low, high]}), and `paired_difference_intervals` of the `comparisons`; 0
+            resamples: no intervals (the differences keep their point value, low and high None).
 
     Returns:
         {"metrics": {variant: `compute_metrics` dict}, "baselines": `baselines(gold)` ({} without steps), "labels": the
         full tree's `StepLabel`s `[question][step]`, "checks": the judge results `[question][step]`, "judge_s" /
         "total_s": wall seconds of the A-C judge calls / of everything, "judge_unscored": {reason: count} of unscored
         A-C judge results, and with `llm_only` "llm_only": {"labels" / "results": {variant: `[question][step]`},
-        "judge_s", "unscored": {variant: {reason: count}}}}.
+        "judge_s", "unscored": {variant: {reason: count}}}}, and "differences": {comparison: {metric: {"diff",
+        "low", "high"}}} for the `comparisons` (fractions; positive "full − -X": removing X hurts; {} without the
+        ablation).
 
     Raises:
         ValueError: `bootstrap_resamples` < 0 or a bad `confidence`.
@@ -376,6 +454,13 @@ def evaluate(
             "unscored": {name: llm_only.unscored(rows) for name, rows in results.items()},
         }
     metrics = {name: compute_metrics(gold, runs[0]) for name, runs in preds.items()}
+    differences = {
+        name: paired_difference_intervals(
+            gold, preds[a][0], preds[b][0], resamples=bootstrap_resamples, confidence=confidence, seed=seed
+        )
+        for name, (a, b) in comparisons(ablation, llm_only is not None).items()
+        if gold
+    }
     base = baselines(gold, draws=baseline_draws, seed=seed) if any(gold) else {}
     if base:
         constant = {
@@ -396,5 +481,6 @@ def evaluate(
         "judge_s": judge_s,
         "total_s": time.monotonic() - began,
         "judge_unscored": dict(unscored),
+        "differences": differences,
         **extra,
     }

@@ -8,6 +8,11 @@ which add up over any multiset of questions, with the formulas of `evaluate.comp
 2tp / (2tp + fp + fn); BA = the mean of TPR and TNR over the classes present). A metric that is undefined on a
 resample (`compute_metrics` gives None: sF1 / Q-F1 without any gold or predicted gap, every metric without steps) is
 left out of the interval, never scored 0; a metric undefined on every resample gets no interval.
+
+`paired_difference_intervals` is the paired bootstrap of the DIFFERENCE a − b of two predictions on the same
+questions: each resample draws one multiset of questions and scores both on it (the same indices, since the same seed
+draws them), so the question-to-question variation both share cancels; this is what decides whether removing a stage
+of the verifier changes a metric, which two overlapping per-row intervals cannot.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import numpy as np
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_interval
 from procrl.rewards.stepgap.verifier import GAP_LABELS, TYPED_LABELS
 
-__all__ = ["CI_METRICS", "TYPED_LABELS", "metric_intervals", "question_counts"]
+__all__ = ["CI_METRICS", "TYPED_LABELS", "metric_intervals", "paired_difference_intervals", "question_counts"]
 
 CI_METRICS = ("sF1", "Q-F1", "BA", "typed_macro_f1")  # the metrics `metric_intervals` gives intervals for
 
@@ -138,4 +143,78 @@ def metric_intervals(
                 raise
             continue  # undefined on every resample (sF1 / Q-F1 of a set without any gap): no interval
         out[name] = [low, high]
+    return out
+
+
+def paired_difference_intervals(
+    gold: Sequence[Sequence[str]],
+    pred_a: Sequence[Sequence[str]],
+    pred_b: Sequence[Sequence[str]],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, dict[str, float | None]]:
+    """Paired percentile bootstrap over QUESTIONS of the difference a − b of sF1, Q-F1, BA and typed macro-F1
+    (`CI_METRICS`) between two predictions of the same gold.
+
+    The point value is d = m(a) − m(b) on all questions (m from the summed `question_counts`, the formulas of
+    `compute_metrics`). Each resample draws one multiset of questions (`bootstrap_interval(len(gold), ..., seed=seed)`,
+    so the same seed draws the same indices as `metric_intervals`) and recomputes d on it, both sides on the SAME
+    questions; the interval is the percentiles of those d. A resample where the metric is undefined for either side
+    (NaN in `_from_counts`: sF1 / Q-F1 without any gold or predicted gap, every metric without steps) is left out of
+    the difference, never scored 0.
+
+    Args:
+        gold: gold labels `[question][step]`.
+        pred_a, pred_b: two predictions `[question][step]` like `gold`.
+        resamples: bootstrap draws; 0 gives the point differences only (low and high None). confidence, seed: as
+            `bootstrap_interval`.
+
+    Returns:
+        {metric: {"diff": d on all questions, "low": ..., "high": ...}} (fractions: 0.05 is 5 points; positive: a
+        scores higher). A metric undefined for either side on all questions (then it is on every resample too) gets
+        no entry; one defined on all questions but on no resample (only possible with very few resamples) keeps its
+        "diff" with low and high None.
+
+    Raises:
+        ValueError: no question, mismatched shapes or an unknown gold label (as `metric_intervals`), or `resamples`
+            < 0 or a bad `confidence` (`bootstrap_interval`).
+
+    >>> gold = [["CC"], ["NONE"], ["IE"]]
+    >>> out = paired_difference_intervals(gold, [["CC"], ["NONE"], ["IE"]], [["NONE"], ["NONE"], ["IE"]], resamples=0)
+    >>> round(out["sF1"]["diff"], 4), out["sF1"]["low"]  # sF1 1 vs 2/3 (b misses one of two gaps)
+    (0.3333, None)
+    """
+    if len(gold) == 0:
+        raise ValueError("paired_difference_intervals: no items to resample (no questions)")
+    if resamples < 0:
+        raise ValueError(f"paired_difference_intervals: resamples must be >= 0 (0: no interval), got {resamples}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"paired_difference_intervals: confidence must be in (0, 1), got {confidence}")
+    counts = np.stack([question_counts(gold, pred_a), question_counts(gold, pred_b)])  # (2, n_questions, 19)
+    memo: dict[bytes, dict[str, float]] = {}
+
+    def differences(idx: np.ndarray) -> dict[str, float]:  # NaN where either side is undefined
+        key = idx.tobytes()
+        if key not in memo:
+            memo[key] = {k: float(v[0] - v[1]) for k, v in _from_counts(counts[:, idx].sum(axis=1)).items()}
+        return memo[key]
+
+    point = differences(np.arange(len(gold)))
+    out: dict[str, dict[str, float | None]] = {}
+    for name in CI_METRICS:
+        if not np.isfinite(point[name]):
+            continue  # undefined for a or b on all questions, hence on every resample: no entry
+        low = high = None
+        if resamples:
+            try:
+                low, high = bootstrap_interval(
+                    len(gold), lambda idx, name=name: differences(idx)[name], resamples=resamples,
+                    confidence=confidence, seed=seed,
+                )  # fmt: skip
+            except ValueError as error:
+                if "not finite" not in str(error):
+                    raise
+        out[name] = {"diff": point[name], "low": low, "high": high}
     return out

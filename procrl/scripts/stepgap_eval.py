@@ -9,7 +9,7 @@ set, with a stage ablation, bootstrap intervals and an LLM-only comparison (docs
     procrl stepgap-eval --llm-only --bootstrap-resamples 1000   # + the LLM-only verifier and its prompt ablations
     python -m procrl.scripts.stepgap_eval --no-ablation
 
-Prints one table (`procrl.evals.stepgap.evaluate.format_table`): the full tree, each one-stage ablation (-A ... -E),
+Prints the main table (`procrl.evals.stepgap.evaluate.format_table`): the full tree, each one-stage ablation (-A ... -E),
 with `--llm-only` the LLM-only verifier (`procrl.evals.stepgap.llm_only`: one call of the same judge per step,
 labelling it NONE/CC/IE/MB directly; ERROR when unscored) and its prompt ablations (LLM-only -definitions, -evidence,
 -history, -question; one more judge call per step each, skipped with `--no-ablation`), the trivial baselines on the
@@ -18,14 +18,21 @@ mean over `--baseline-draws` seeded draws) and the paper's reference row (sF1 72
 a constant). Every row but the paper's shows `value [low, high]`: the 95% percentile bootstrap interval over QUESTIONS
 (`--bootstrap-resamples`, default 1000, the same resamples for every row, seeded by `--seed`; 0 = no intervals;
 `procrl.evals.stepgap.intervals`), stored as `ci` ({metric: [low, high]}, fractions) in each row of the result.
-Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`; `result`: the summary and the
-metrics of every variant and baseline; `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`,
-`stepgap/typed_macro_f1`, step precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with
-`--llm-only` `stepgap/llm_only/<metric>`, `stepgap/label_distribution/<label>`, the counts and
-`stepgap/judge_unscored`; `files`: the files below; also to wandb with `--report-to wandb`), `table.md` (the table
-in Markdown), `metrics.png` (each metric of every row with its interval, `procrl.evals.stepgap.plot`) and
-`labels.jsonl` (one line per step: gold, predicted label, reason, the judge's raw reply; with `--llm-only` each
-LLM-only row's label and the raw reply to the full LLM-only prompt). The judge (`--judge`, `--judge-model`,
+With the ablation it then prints a second table, the PAIRED differences (`procrl.evals.stepgap.evaluate.comparisons`,
+`format_differences_markdown`): "full − -X" for each stage and, with `--llm-only`, "full − LLM-only" and "LLM-only −
+LLM-only -<part>", in signed points with the paired bootstrap interval over questions (both rows scored on the same
+resampled questions; point values only with `--bootstrap-resamples 0`), and the reading rule: removing X hurts when
+the interval of full − -X lies above 0, helps when below 0, else no difference is shown.
+Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`; `result`: the summary, the
+metrics of every variant and baseline and the `differences` ({comparison: {metric: {"diff", "low", "high"}}},
+fractions); `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
+precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
+`stepgap/label_distribution/<label>`, the counts, `stepgap/judge_unscored` and each difference
+`stepgap/diff/<comparison>/<metric>` with `.../<metric>/low|high` (comparison "full-minus-A", "full-minus-LLM-only",
+"LLM-only-minus-LLM-only-definitions", ...); `files`: the files below; also to wandb with `--report-to wandb`),
+`table.md` (the table in Markdown, the differences table below it), `metrics.png` (each metric of every row with its
+interval, `procrl.evals.stepgap.plot`) and `labels.jsonl` (one line per step: gold, predicted label, reason, the
+judge's raw reply; with `--llm-only` each LLM-only row's label and the raw reply to the full LLM-only prompt). The judge (`--judge`, `--judge-model`,
 `--judge-max-tokens` (default 512), `--judge-concurrency`, `--judge-timeout-s`, `--judge-cache-dir`,
 `--judge-num-threads`, `--judge-continuous-batching false`) is `procrl.judges.JudgeArguments`, the keys of a GRPO
 config's judge; `--judge none` is refused (the verifier needs a judge). Without thresholds stages D/E take the NLI argmax; `--nli-entail-min p` makes a step entailed
@@ -47,8 +54,10 @@ from procrl.evals.stepgap.evaluate import (
     BASELINE_DRAWS,
     BOOTSTRAP_RESAMPLES,
     DEFAULT_DATA,
+    MINUS,
     PAPER_REFERENCE,
     evaluate,
+    format_differences_markdown,
     format_markdown,
     format_table,
     load_annotated,
@@ -165,6 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     for note in table_notes(args):
         print(note)
+    if summary["differences"]:
+        print()
+        print(format_differences_markdown(summary["differences"]))
     out_dir = Path(args.output_dir)
     print(f"run record: {out_dir / RUN_FILE}  labels: {out_dir / FILES['labels']}")
     return 0
@@ -173,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
 def run_metrics(summary: dict) -> dict[str, float]:
     """The run record's headline metrics of the summary (the run's `result`): the full tree's numbers (sF1,
     step_precision, step_recall, Q-F1, BA, typed_macro_f1, label_distribution/<label>, n_steps, n_questions, n_error;
-    not the per-label table or the confusion matrix) and `judge_unscored` (the count of unscored judge results), under
+    not the per-label table or the confusion matrix), `judge_unscored` (the count of unscored judge results) and the
+    paired differences as `diff/<comparison>/<metric>` and `diff/<comparison>/<metric>/low|high` (`diff_slug`), under
     `stepgap/`."""
     full = {
         k: v for k, v in summary["metrics"]["full"].items() if k not in ("per_label", "confusion", "gold_distribution")
@@ -184,7 +197,18 @@ def run_metrics(summary: dict) -> dict[str, float]:
     out = numeric_metrics({**full, "judge_unscored": unscored}, "stepgap/")
     if llm := summary["metrics"].get("LLM-only"):
         out |= numeric_metrics({k: llm[k] for k in ("sF1", "Q-F1", "BA", "typed_macro_f1")}, "stepgap/llm_only/")
+    for name, row in summary.get("differences", {}).items():
+        for metric, entry in row.items():
+            key = f"stepgap/diff/{diff_slug(name)}/{metric}"
+            out |= numeric_metrics({key: entry["diff"], f"{key}/low": entry["low"], f"{key}/high": entry["high"]})
     return out
+
+
+def diff_slug(comparison: str) -> str:
+    """A comparison name as a metric key: "full − -A" -> "full-minus-A", "LLM-only − LLM-only -history" ->
+    "LLM-only-minus-LLM-only-history"."""
+    a, b = comparison.split(MINUS)
+    return f"{a}-minus-{b.lstrip('-')}".replace(" -", "-").replace(" ", "-")
 
 
 def table_notes(args: StepGapEvalArguments) -> list[str]:
@@ -247,10 +271,13 @@ def _evaluate(args: StepGapEvalArguments, judge_args: JudgeArguments) -> tuple[d
         "judge_stats": judge_stats,
         "metrics": report["metrics"],
         "baselines": report["baselines"],
+        "differences": report["differences"],
         "paper_reference": PAPER_REFERENCE,
     }
     rows = report["metrics"] | report["baselines"] | {"paper (ref)": PAPER_REFERENCE}
     notes = "".join(f"\n{note}\n" for note in table_notes(args))
+    if report["differences"]:
+        notes += "\n" + format_differences_markdown(report["differences"]) + "\n"
     (out_dir / FILES["table"]).write_text(format_markdown(rows) + "\n" + notes, encoding="utf-8")
     title = f"StepGap verifier on {summary['n_steps']} steps of {len(data)} questions (judge {judge_args.judge})"
     plot_metrics(rows, out_dir / FILES["plot"], title=title)

@@ -464,3 +464,47 @@ def test_command_help_and_config(tmp_path, capsys):
     assert args.no_ablation and args.data == str(ev.DEFAULT_DATA)
     with pytest.raises(ValueError, match="--limit"):
         stepgap_eval.make_parser().parse_args_and_config(["--limit", "0"])
+
+
+def test_main_writes_the_paired_differences(tmp_path, monkeypatch, capsys):
+    import contextlib
+
+    small = tmp_path / "small.jsonl"
+    small.write_text("\n".join(SHIPPED.read_text().splitlines()[:6]) + "\n")
+    data = load_annotated(small)
+
+    @contextlib.contextmanager
+    def fake_open_judge(spec, **kwargs):
+        yield OracleJudge(data)
+
+    monkeypatch.setattr(judge_spec, "open_judge", fake_open_judge)
+    monkeypatch.setattr(stepgap_eval, "make_nli", lambda spec, judge, **kw: GoldNLI(data))
+    out = tmp_path / "out"
+    argv = ["--data", str(small), "--output-dir", str(out), "--baseline-draws", "5", "--bootstrap-resamples", "50"]
+    assert stepgap_eval.main(argv) == 0
+    record = json.loads((out / "run.json").read_text())
+    result, metrics = record["result"], record["metrics"]
+    diffs = result["differences"]
+    assert list(diffs) == [f"full − -{stage}" for stage in "ABCDE"]
+    for stage in "ABCDE":  # the difference of the rows' own values, in run.json's metrics under a slug
+        name, rows = f"full − -{stage}", result["metrics"]
+        for metric, entry in diffs[name].items():
+            assert entry["diff"] == pytest.approx(rows["full"][metric] - rows[f"-{stage}"][metric])
+            key = f"stepgap/diff/full-minus-{stage}/{metric}"
+            assert metrics[key] == entry["diff"] and metrics[f"{key}/low"] == entry["low"]
+            assert metrics[f"{key}/high"] == entry["high"] and entry["low"] <= entry["high"]
+    # without stage D no quote is ever CC (test_evaluate_with_oracle_backends_is_perfect): removing D costs sF1
+    assert diffs["full − -D"]["sF1"]["diff"] > 0
+    # table.md: the differences table below the main table and its notes, with the reading rule; printed likewise
+    table, printed = (out / "table.md").read_text(), capsys.readouterr().out
+    assert table.index("| variant |") < table.index("Q-F1 inflation check") < table.index("| comparison |")
+    assert ev.format_differences_markdown(diffs) in table and ev.DIFFERENCE_RULE in table
+    assert ev.format_differences_markdown(diffs) in printed and printed.index("\nfull ") < printed.index("| full − -D")
+    d = diffs["full − -D"]["sF1"]
+    cell = f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+    assert f"| full − -D | {cell} |" in table
+    # --no-ablation: no comparison, no differences table, no diff metrics
+    assert stepgap_eval.main([*argv, "--no-ablation"]) == 0
+    record = json.loads((out / "run.json").read_text())
+    assert record["result"]["differences"] == {} and not any(k.startswith("stepgap/diff/") for k in record["metrics"])
+    assert "| comparison |" not in (out / "table.md").read_text() and "| comparison |" not in capsys.readouterr().out
