@@ -33,7 +33,14 @@ from transformers import PreTrainedTokenizerFast
 from procrl.data_builders import arithmetic_wording
 from procrl.data_builders.prompts import ANSWER_INSTRUCTION, ONE_SHOT_TEMPLATE, ZERO_SHOT_TEMPLATE
 
-__all__ = ["CHAT_TEMPLATE", "PIECE_PATTERN", "SPECIAL_TOKENS", "arithmetic_tokenizer", "arithmetic_vocabulary"]
+__all__ = [
+    "CHAT_TEMPLATE",
+    "PIECE_PATTERN",
+    "SPECIAL_TOKENS",
+    "arithmetic_tokenizer",
+    "arithmetic_vocabulary",
+    "chat_tokenizer",
+]
 
 # One piece: a word, one digit or one other character (punctuation, operators), each with an optional leading space;
 # or a whitespace run.
@@ -83,13 +90,20 @@ def arithmetic_tokenizer():
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(PIECE_PATTERN), behavior="isolated")
     core.decoder = decoders.Fuse()
+    return chat_tokenizer(core, unk_token="<unk>")
+
+
+def chat_tokenizer(core: Tokenizer, **special: str) -> PreTrainedTokenizerFast:
+    """`core` as a `PreTrainedTokenizerFast` with this module's specials (pad `<|endoftext|>`, EOS `<|im_end|>`,
+    `<|im_start|>`; `special` adds e.g. `unk_token`) and `CHAT_TEMPLATE`: what a from-scratch policy's tokenizer
+    needs (also `procrl.data_builders.world_tokenizer`)."""
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
-        unk_token="<unk>",
         pad_token="<|endoftext|>",
         eos_token="<|im_end|>",
         additional_special_tokens=["<|im_start|>"],
         clean_up_tokenization_spaces=False,
+        **special,
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from procrl.data_builders.arithmetic_tokenizer import CHAT_TEMPLATE, SPECIAL_TOKENS
+from procrl.data_builders.arithmetic_tokenizer import SPECIAL_TOKENS, chat_tokenizer
 
 __all__ = ["DEFAULT_VOCAB_SIZE", "WORLD_SPECIAL_TOKENS", "episode_texts", "world_tokenizer"]
 
@@ -57,15 +57,7 @@ def world_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE) 
         show_progress=False,
     )
     core.train_from_iterator(texts, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token="<|endoftext|>",
-        eos_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>"],
-        clean_up_tokenization_spaces=False,
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
+    return chat_tokenizer(core)
 
 
 def episode_texts(corpus_rows: Iterable[dict], episode_rows: Iterable[dict]) -> list[str]:
