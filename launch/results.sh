@@ -15,6 +15,11 @@
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
 #   launch/results.sh arith         # the issue 28 sections above, in this order
+# Issue 29's StepGap in the synthetic world (docs/results/README.md, "StepGap where the gaps are known"):
+#   launch/results.sh world_policy    # data/world0 + its tokenizer, the world organism (SFT, cached), world-eval on
+#                                     # the 500 test questions: greedy (calibration row) and T = 1.0 (annotated steps)
+#   launch/results.sh world_nli       # trained stage D: procrl nli pairs / train (1,500 steps) / eval
+#   launch/results.sh world_verifier  # procrl stepgap-eval --llm-only on the annotated policy steps (after the two)
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
 # What docs/results/README.md publishes is the default: SmolLM2 as the policy. The issue's second policy and the
 # decoupled evaluator are one variable away (not run here: too slow for 2 CPU cores, see the page):
@@ -212,9 +217,41 @@ pum_arith() {
     "$PUM_MODEL"/{run.json,pum_config.json}
 }
 
+WORLD=data/world0
+WORLD_NLI=outputs/nli/minilm_world0
+
+world_policy() {
+  local out=$OUT/world ckpt
+  [ -f $WORLD/tokenizer/tokenizer.json ] || $PROCRL world episodes --out $WORLD --n_train 4000
+  ckpt=$(sft_checkpoint configs/sft/world_organism.yaml)
+  for run in "greedy --temperature 0" "t1_seed0 --temperature 1.0 --seed 0"; do
+    set -- $run
+    local dir=$out/eval_$1; shift
+    [ -f "$dir/world_eval.json" ] || OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} $PROCRL world-eval --model "$ckpt" \
+      --world $WORLD --split test --n 500 --max_completion_length 1024 "$@" --output_dir "$dir"
+    keep "world/$(basename "$dir")" "$dir/world_eval.json"
+  done
+}
+
+world_nli() {
+  [ -f $WORLD/test/questions.jsonl ] || $PROCRL world episodes --out $WORLD --n_train 4000
+  [ -f ${WORLD}_nli/test/nli.jsonl ] || $PROCRL nli pairs --world $WORLD --out ${WORLD}_nli
+  [ -f $WORLD_NLI/config.json ] || $PROCRL nli train --pairs ${WORLD}_nli --out $WORLD_NLI --max_steps 1500
+  $PROCRL nli eval --pairs ${WORLD}_nli --model $WORLD_NLI --out $WORLD_NLI/eval
+  keep world/nli $WORLD_NLI/eval/nli_eval.json
+}
+
+world_verifier() {
+  $PROCRL stepgap-eval --data $OUT/world/eval_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
+    --bootstrap-resamples 1000 --output-dir $OUT/world/verifier
+  keep world/verifier $OUT/world/verifier/{table.md,metrics.png,run.json}
+}
+
 case "${1:-}" in
   bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted) "$1" ;;
+  world_policy|world_nli|world_verifier) "$1" ;;
   all) bestofn; frs; stepgap ;;
   arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; grpo; grpo_corrupted; frs_arith_grpo ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted|arith" >&2; exit 2 ;;
+  world) world_policy; world_nli; world_verifier ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted|arith|world_policy|world_nli|world_verifier|world" >&2; exit 2 ;;
 esac
