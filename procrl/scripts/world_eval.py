@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from transformers import GenerationConfig
 
 from procrl.data_builders.search_qa import SEARCH_PROMPT, load_qa_questions
@@ -59,6 +60,7 @@ class WorldEvalArguments:
     example: bool = field(default=False, metadata={"help": "prompt with the worked 2Wiki episode first"})
     seed: int = field(default=0, metadata={"help": "torch seed (sampling)"})
     output_dir: str = field(default="outputs/world_eval", metadata={"help": "where world_eval.json goes"})
+    progress: bool = field(default=True, metadata={"help": "a progress bar over the batches (--no_progress: none)"})
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.batch_size < 1 or self.max_completion_length < 1 or self.temperature < 0:
@@ -84,7 +86,7 @@ def run(args: WorldEvalArguments) -> dict:
     config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id, **sampling)
     records, texts, annotated = [], [], []
     start = time.perf_counter()
-    for lo in range(0, len(rows), args.batch_size):
+    for lo in tqdm(range(0, len(rows), args.batch_size), desc="world-eval batches", disable=not args.progress):
         batch = rows.select(range(lo, min(lo + args.batch_size, len(rows))))
         prompts = list(batch["prompt"])
         episodes = env.run(model, tokenizer, prompts, render_prompts(tokenizer, prompts), config,
