@@ -16,8 +16,9 @@
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
 #   launch/results.sh arith         # the issue 28 sections above, in this order
 # Issue 29's StepGap in the synthetic world (docs/results/README.md, "StepGap where the gaps are known"):
-#   launch/results.sh world_policy    # data/world0 + its tokenizer, the world organism (SFT, cached), world-eval on
-#                                     # the 500 test questions: greedy (calibration row) and T = 1.0 (annotated steps)
+#   launch/results.sh world_policy    # data/world0 + its tokenizer, the world policies (SFT, cached: WORLD_POLICIES),
+#                                     # world-eval on the 500 test questions: greedy (calibration row) and T = 1.0
+#                                     # (annotated steps)
 #   launch/results.sh world_nli       # trained stage D: procrl nli pairs / train (1,500 steps) / eval
 #   launch/results.sh world_verifier  # procrl stepgap-eval --llm-only on the annotated policy steps (after the two)
 # Needs the PUM of configs/pum/train_gsm8k_smollm2_cpu.yaml in outputs/pum_gsm8k_smollm2_cpu (docs/results/README.md, "Reward ablation on SVAMP").
@@ -220,16 +221,21 @@ pum_arith() {
 WORLD=data/world0
 WORLD_NLI=outputs/nli/minilm_world0
 
+WORLD_POLICIES=${WORLD_POLICIES:-"organism=configs/sft/world_organism.yaml smollm2=configs/sft/world_smollm2_cpu.yaml"}
+WORLD_N=${WORLD_N:-500}            # test questions per world-eval run
+
 world_policy() {
-  local out=$OUT/world ckpt
+  local out=$OUT/world ckpt name
   [ -f $WORLD/tokenizer/tokenizer.json ] || $PROCRL world episodes --out $WORLD --n_train 4000
-  ckpt=$(sft_checkpoint configs/sft/world_organism.yaml)
-  for run in "greedy --temperature 0" "t1_seed0 --temperature 1.0 --seed 0"; do
-    set -- $run
-    local dir=$out/eval_$1; shift
-    [ -f "$dir/world_eval.json" ] || OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} $PROCRL world-eval --model "$ckpt" \
-      --world $WORLD --split test --n 500 --max_completion_length 1024 "$@" --output_dir "$dir"
-    keep "world/$(basename "$dir")" "$dir/world_eval.json"
+  for entry in $WORLD_POLICIES; do
+    name=${entry%%=*}; ckpt=$(sft_checkpoint "${entry#*=}")
+    for run in "greedy --temperature 0" "t1_seed0 --temperature 1.0 --seed 0"; do
+      set -- $run
+      local dir=$out/eval_${name}_$1; shift
+      [ -f "$dir/world_eval.json" ] || OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} $PROCRL world-eval --model "$ckpt" \
+        --world $WORLD --split test --n "$WORLD_N" --max_completion_length 1024 "$@" --output_dir "$dir"
+      keep "world/$(basename "$dir")" "$dir/world_eval.json"
+    done
   done
 }
 
@@ -242,7 +248,7 @@ world_nli() {
 }
 
 world_verifier() {
-  $PROCRL stepgap-eval --data $OUT/world/eval_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
+  $PROCRL stepgap-eval --data $OUT/world/eval_${WORLD_VERIFIER_POLICY:-smollm2}_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
     --bootstrap-resamples 1000 --output-dir $OUT/world/verifier
   keep world/verifier $OUT/world/verifier/{table.md,metrics.png,run.json}
 }
