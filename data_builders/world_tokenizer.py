@@ -30,10 +30,11 @@ from transformers import PreTrainedTokenizerFast
 
 from procrl.data_builders.arithmetic_tokenizer import SPECIAL_TOKENS, chat_tokenizer
 
-__all__ = ["DEFAULT_VOCAB_SIZE", "WORLD_SPECIAL_TOKENS", "episode_texts", "world_tokenizer"]
+__all__ = ["DEFAULT_VOCAB_SIZE", "MIN_VOCAB_SIZE", "WORLD_SPECIAL_TOKENS", "episode_texts", "world_tokenizer"]
 
 DEFAULT_VOCAB_SIZE = 2000
 WORLD_SPECIAL_TOKENS = tuple(t for t in SPECIAL_TOKENS if t != "<unk>")  # byte-level: nothing is unknown
+MIN_VOCAB_SIZE = len(pre_tokenizers.ByteLevel.alphabet()) + len(WORLD_SPECIAL_TOKENS)  # 256 bytes + the specials
 
 
 def world_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE) -> PreTrainedTokenizerFast:
@@ -44,9 +45,10 @@ def world_tokenizer(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE) 
     Raises:
         ValueError: `vocab_size` below 256 + 3 (the byte alphabet and the special tokens must fit).
     """
-    floor = len(pre_tokenizers.ByteLevel.alphabet()) + len(WORLD_SPECIAL_TOKENS)
-    if vocab_size < floor:
-        raise ValueError(f"vocab_size={vocab_size} is below {floor} (256 bytes + the special tokens); use e.g. 2000")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(
+            f"vocab_size={vocab_size} is below {MIN_VOCAB_SIZE} (256 bytes + the special tokens); use e.g. 2000"
+        )
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     core.decoder = decoders.ByteLevel()

@@ -41,7 +41,7 @@ from procrl.data_builders.synthetic_world import (
     write_worlds,
 )
 from procrl.data_builders.world_episodes import WorldEpisodeConfig, episode_rows, world_episodes
-from procrl.data_builders.world_tokenizer import DEFAULT_VOCAB_SIZE, episode_texts, world_tokenizer
+from procrl.data_builders.world_tokenizer import DEFAULT_VOCAB_SIZE, MIN_VOCAB_SIZE, episode_texts, world_tokenizer
 from procrl.evals.reporting import markdown_table
 from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.scripts._common import (
@@ -52,7 +52,6 @@ from procrl.scripts._common import (
     parse_or_exit,
     usage_error,
 )
-from procrl.utils import read_jsonl
 
 __all__ = ["ACTIONS", "WorldCommandArguments", "main", "make_parser"]
 
@@ -92,10 +91,10 @@ class WorldCommandArguments:
             raise ValueError(f"action={self.action!r} must be one of {ACTIONS}: procrl world build --out DIR")
         if not self.out:
             raise ValueError(f"give the folder to write: procrl world {self.action} --out data/world0")
-        if self.tokenizer_vocab_size and self.tokenizer_vocab_size < 259:
+        if self.tokenizer_vocab_size and self.tokenizer_vocab_size < MIN_VOCAB_SIZE:
             raise ValueError(
-                f"tokenizer_vocab_size={self.tokenizer_vocab_size} is below 259 (256 bytes + 3 special tokens): "
-                "use e.g. 2000, or 0 for no tokenizer"
+                f"tokenizer_vocab_size={self.tokenizer_vocab_size} is below {MIN_VOCAB_SIZE} (256 bytes + 3 special "
+                "tokens): use e.g. 2000, or 0 for no tokenizer"
             )
 
 
@@ -121,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     worlds = build_worlds(config)
     try:
         meta = write_worlds(worlds, config, args.out)
-        written = _write_episodes(worlds, episode_config, args.out) if args.action == "episodes" else {}
-        tokenizer_dir = _write_tokenizer(worlds, written, args) if written and args.tokenizer_vocab_size else None
+        written, train_rows = _write_episodes(worlds, episode_config, args.out) if args.action == "episodes" else ({}, [])
+        tokenizer_dir = _write_tokenizer(worlds, train_rows, args) if written and args.tokenizer_vocab_size else None
     except OSError as error:
         return usage_error(PROG, error)
     rows = []
@@ -145,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _write_episodes(worlds: dict, config: WorldEpisodeConfig, out: str) -> dict[str, tuple[str, dict]]:
-    """Write `<out>/<split>/episodes.jsonl` for `EPISODE_SPLITS`; {split: (path, counts)}."""
-    written = {}
+def _write_episodes(worlds: dict, config: WorldEpisodeConfig, out: str) -> tuple[dict[str, tuple[str, dict]], list]:
+    """Write `<out>/<split>/episodes.jsonl` for `EPISODE_SPLITS`; ({split: (path, counts)}, the train split's rows)."""
+    written, train_rows = {}, []
     for split in EPISODE_SPLITS:
         world = worlds[split]
         oracle = StepGapOracle.from_rows(world.corpus, world.questions, WORLD_RELATIONS)
@@ -156,13 +155,13 @@ def _write_episodes(worlds: dict, config: WorldEpisodeConfig, out: str) -> dict[
         rows = episode_rows(episodes, oracle, config)
         path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
         written[split] = (str(path), counts)
-    return written
+        train_rows = rows if split == "train" else train_rows
+    return written, train_rows
 
 
-def _write_tokenizer(worlds: dict, written: dict, args: WorldCommandArguments) -> str:
-    """Train the world tokenizer on the train split's passages and episodes; write it to `<out>/tokenizer`."""
-    train_episodes = read_jsonl(written["train"][0])
-    texts = episode_texts(worlds["train"].corpus, train_episodes)
+def _write_tokenizer(worlds: dict, train_rows: list, args: WorldCommandArguments) -> str:
+    """Train the world tokenizer on the train split's passages and episode rows; write it to `<out>/tokenizer`."""
+    texts = episode_texts(worlds["train"].corpus, train_rows)
     folder = Path(args.out) / "tokenizer"
     world_tokenizer(texts, args.tokenizer_vocab_size).save_pretrained(str(folder))
     return str(folder)
