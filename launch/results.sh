@@ -221,19 +221,23 @@ pum_arith() {
 WORLD=data/world0
 WORLD_NLI=outputs/nli/minilm_world0
 
-WORLD_POLICIES=${WORLD_POLICIES:-"organism=configs/sft/world_organism.yaml smollm2=configs/sft/world_smollm2_cpu.yaml"}
+# name=SFT config, or name=A.yaml+B.yaml: B's SFT starts from A's checkpoint (sft_chain in launch/lib.sh)
+WORLD_POLICIES=${WORLD_POLICIES:-"organism=configs/sft/world_organism.yaml smollm2_60=configs/sft/world_smollm2_cpu.yaml+configs/sft/world_smollm2_cpu_more.yaml"}
 WORLD_N=${WORLD_N:-500}            # test questions per world-eval run
+WORLD_VERIFIER_POLICY=${WORLD_VERIFIER_POLICY:-smollm2_60}
 
 world_policy() {
   local out=$OUT/world ckpt name
   [ -f $WORLD/tokenizer/tokenizer.json ] || $PROCRL world episodes --out $WORLD --n_train 4000
   for entry in $WORLD_POLICIES; do
-    name=${entry%%=*}; ckpt=$(sft_checkpoint "${entry#*=}")
+    name=${entry%%=*}; ckpt=$(sft_chain "${entry#*=}")
     for run in "greedy --temperature 0" "t1_seed0 --temperature 1.0 --seed 0"; do
       set -- $run
       local dir=$out/eval_${name}_$1; shift
+      # on vLLM (auto) where it runs: 64 episodes' turns together, KV cache for all of them (~1,200 tokens each)
       [ -f "$dir/world_eval.json" ] || OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} $PROCRL world-eval --model "$ckpt" \
-        --world $WORLD --split test --n "$WORLD_N" --max_completion_length 1024 "$@" --output_dir "$dir"
+        --world $WORLD --split test --n "$WORLD_N" --max_completion_length 1024 "$@" --output_dir "$dir" \
+        --batch_size 64 --vllm_kv_cache_gib 4
       keep "world/$(basename "$dir")" "$dir/world_eval.json"
     done
   done
@@ -248,7 +252,7 @@ world_nli() {
 }
 
 world_verifier() {
-  $PROCRL stepgap-eval --data $OUT/world/eval_${WORLD_VERIFIER_POLICY:-smollm2}_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
+  $PROCRL stepgap-eval --data $OUT/world/eval_${WORLD_VERIFIER_POLICY}_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
     --bootstrap-resamples 1000 --output-dir $OUT/world/verifier
   keep world/verifier $OUT/world/verifier/{table.md,metrics.png,run.json}
 }
