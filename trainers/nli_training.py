@@ -63,6 +63,9 @@ class NLITrainConfig:
     )
     seed: int = field(default=0, metadata={"help": "seed of the head's initialisation and the data order"})
     logging_steps: int = field(default=25, metadata={"help": "log the training loss every this many steps (>= 1)"})
+    progress: bool = field(
+        default=True, metadata={"help": "a progress bar over the steps, with the loss (--no_progress: none)"}
+    )
 
     def __post_init__(self) -> None:
         for name in ("max_steps", "batch_size", "logging_steps"):
@@ -151,7 +154,7 @@ def train_nli(rows: Sequence[dict], config: NLITrainConfig, output_dir: str | Pa
         data_seed=config.seed,
         dataloader_num_workers=0,
         dataloader_pin_memory=False,  # CPU training: pinning only warns
-        disable_tqdm=True,
+        disable_tqdm=not config.progress,
     )
     trainer = Trainer(model=model, args=args, train_dataset=dataset, data_collator=DataCollatorWithPadding(tokenizer))
     result = trainer.train()
