@@ -142,6 +142,7 @@ class SearchEnvironment:
         max_completion_length: int,
         seed: int,
         extra: dict | None = None,
+        row_offset: int = 0,
     ) -> SearchEpisodes:
         """Run one episode per prompt on a vLLM engine (batched turn by turn); the protocol of `run`.
 
@@ -163,6 +164,9 @@ class SearchEnvironment:
             max_completion_length: token budget of a completion, model + environment tokens.
             seed: the batch seed.
             extra: further `vllm.SamplingParams` fields (`min_p`, `repetition_penalty`, ...).
+            row_offset: added to the row index in the seeds (`derive_seed(seed, row_offset + row, turn)`): a caller
+                that splits one set of prompts into batches passes each batch's first index, so every prompt's
+                episode is the same whatever the batch size.
 
         Returns:
             `SearchEpisodes`. `logprobs` are vLLM's sampled-token log-probs (natural log) in
@@ -183,7 +187,7 @@ class SearchEnvironment:
                         min_new_tokens=min(sampling.min_new_tokens, budget),
                         stop=self.stop_strings,
                     ),
-                    seed=None if sampling.greedy else derive_seed(seed, row, turn),
+                    seed=None if sampling.greedy else derive_seed(seed, row_offset + row, turn),
                     **extra,
                 )
                 for row, budget in zip(rows, budgets, strict=True)

