@@ -50,7 +50,8 @@ def test_world_eval_writes_row_texts_and_annotated_steps(world_and_policy, tmp_p
 
 def test_world_eval_refuses_an_unknown_engine(world_and_policy, tmp_path, capsys):
     world_dir, policy = world_and_policy
-    argv = ["--model", str(policy), "--world", str(world_dir), "--generation_backend", "tpu"]
+    argv = ["--model", str(policy), "--world", str(world_dir), "--generation_backend", "tpu",
+            "--output_dir", str(tmp_path / "eval")]  # fmt: skip
     assert world_eval.main(argv) == 2
     assert "generation_backend='tpu'" in capsys.readouterr().err
     assert not (tmp_path / "eval").exists()
