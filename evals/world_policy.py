@@ -50,8 +50,8 @@ def episode_record(trace: Trace, golds: Sequence[str], oracle: StepGapOracle) ->
 
 def policy_row(records: Sequence[dict]) -> dict:
     """The calibration row over `episode_record`s: n, em (+ Wilson interval), format_violation_rate,
-    searches_per_episode, steps, label shares `label/<L>` over all steps, `repair/<gap>` (repaired / gaps with a
-    next step; None without one).
+    searches_per_episode, steps, label shares `label/<L>` over all steps (None, undefined, when no episode has a
+    step), `repair/<gap>` (repaired / gaps with a next step; None without one).
 
     Raises:
         ValueError: no records.
@@ -78,7 +78,7 @@ def policy_row(records: Sequence[dict]) -> dict:
         "steps": len(labels),
     }
     for label in WORLD_LABELS:
-        row[f"label/{label}"] = labels.count(label) / len(labels) if labels else 0.0
+        row[f"label/{label}"] = labels.count(label) / len(labels) if labels else None
     for gap in ("CC", "IE", "MB"):
         outcomes = [rep for r in records for lab, rep in zip(r["labels"], r["repaired"], strict=True)
                     if lab == gap and rep is not None]  # fmt: skip

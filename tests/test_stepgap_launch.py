@@ -270,6 +270,20 @@ def test_the_world_config_opens_on_a_written_world(fakes, tmp_path):
     assert fakes["opened"] == []
 
 
+def test_the_smollm2_world_config_is_the_organisms_in_micro_batches(tmp_path):
+    pytest.importorskip("vllm", reason="generation_backend: vllm needs vLLM")
+    common = ["--output_dir", str(tmp_path)]
+    organism = parse_args(["--config", str(CONFIGS / "stepgap_world_organism.yaml"), *common])
+    job = parse_args(["--config", str(CONFIGS / "stepgap_world_smollm2.yaml"), *common])
+    t, o = job.training, organism.training
+    # the same 2 questions x 8 episodes per optimizer step, as 8 micro-batches of 2 (the organism's one batch of 16
+    # was killed for memory with SmolLM2's head)
+    assert (t.per_device_train_batch_size, t.gradient_accumulation_steps) == (2, 8)
+    assert t.generation_batch_size == o.generation_batch_size == 16 and t.num_generations == o.num_generations == 8
+    assert t.generation_backend == "vllm" and t.use_vllm and t.learning_rate == 1e-6
+    assert job.search == organism.search and job.script == organism.script  # the world, the oracle, the reward
+
+
 def test_bad_search_settings():
     with pytest.raises(ValueError, match="dataset_name: 2wiki_dev_sample"):
         parse_args(["--config", str(MAIN_CONFIG), "--dataset_name", "svamp"])

@@ -76,6 +76,15 @@ class WorldEvalArguments:
     def __post_init__(self) -> None:
         if self.n < 1 or self.batch_size < 1 or self.max_completion_length < 1 or self.temperature < 0:
             raise ValueError("n, batch_size and max_completion_length must be >= 1 and temperature >= 0")
+        path = Path(self.model).expanduser()
+        local = (
+            path.is_absolute()
+            or self.model.startswith((".", "~"))
+            or (path.parent != Path(".") and path.parent.is_dir())
+        )
+        if local and not path.is_dir():  # "org/name" whose "org" is no local folder stays a hub id
+            raise ValueError(f"--model {self.model}: no such checkpoint directory (procrl sft prints the one it wrote; "
+                             "or a hub id, or default)")  # fmt: skip
 
 
 def make_parser() -> ConfigParser:
@@ -175,12 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     header = ["policy", "n", "EM [95%]", "format viol.", "searches/ep", *WORLD_LABELS]
     em = f"{row['em']:.2f} [{row['em_low']:.2f}, {row['em_high']:.2f}]"
     cells = [args.model, row["n"], em, f"{row['format_violation_rate']:.2f}", f"{row['searches_per_episode']:.2f}",
-             *(f"{row[f'label/{lab}']:.2f}" for lab in WORLD_LABELS)]  # fmt: skip
+             *("-" if row[f"label/{lab}"] is None else f"{row[f'label/{lab}']:.2f}" for lab in WORLD_LABELS)]  # fmt: skip
     print(markdown_table(header, [cells]))
     print(f"\n{row['steps']} steps; repairs: " + ", ".join(f"{g} {row[f'repair/{g}']}" for g in ("CC", "IE", "MB")))
     n_ann = result["annotated"]
-    print(f"annotated: {out / 'annotated.jsonl'}: {n_ann['steps']} oracle-labelled steps of {n_ann['episodes']} "
-          f"episodes ({n_ann['dropped_episodes']} with a malformed step left out)")
+    print(
+        f"annotated: {out / 'annotated.jsonl'}: {n_ann['steps']} oracle-labelled steps of {n_ann['episodes']} "
+        f"episodes ({n_ann['dropped_episodes']} with a malformed step left out)"
+    )
     print(f"results: {out / 'world_eval.json'} ({result['wall_s']:.0f} s)")
     return 0
 

@@ -10,7 +10,7 @@ import pytest
 from procrl.data_builders.synthetic_world import WORLD_RELATIONS, SyntheticWorldConfig, build_world
 from procrl.data_builders.world_episodes import WorldEpisodeConfig, world_episodes
 from procrl.evals.stepgap.evaluate import load_annotated
-from procrl.evals.world_policy import annotated_record, episode_record, policy_row
+from procrl.evals.world_policy import WORLD_LABELS, annotated_record, episode_record, policy_row
 from procrl.rewards.stepgap.oracle import StepGapOracle
 from procrl.rewards.stepgap.trace import parse_trace
 
@@ -49,6 +49,13 @@ def test_records_and_row(setup):
 def test_no_records_is_an_error():
     with pytest.raises(ValueError, match="at least one"):
         policy_row([])
+
+
+def test_label_shares_are_undefined_without_steps():
+    # episodes that never wrote a step: the shares have no denominator (None), not 0.0
+    row = policy_row([{"em": 0, "format_violations": ["no_answer"], "searches": 0, "labels": [], "repaired": []}])
+    assert row["steps"] == 0 and all(row[f"label/{lab}"] is None for lab in WORLD_LABELS)
+    assert row["repair/CC"] is None and row["format_violation_rate"] == 1.0
 
 
 def test_annotated_records_read_back_with_the_oracle_labels(setup, tmp_path):

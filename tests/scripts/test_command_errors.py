@@ -53,6 +53,7 @@ REFUSED = {
     "procrl.scripts.pum_gain_check": (["--resamples", "-1"], "--resamples must be >= 0, got -1"),
     "procrl.scripts.world": (["--n-train", "0"], "n_train must be >= 1"),
     "procrl.scripts.world_eval": (["--n", "0"], "n, batch_size and max_completion_length must be >= 1"),
+    "procrl.scripts.world_eval --model": (["--model", "/no/such/procrl_checkpoint"], "no such checkpoint directory"),
     "procrl.scripts.nli": (["--resamples", "0"], "resamples and eval_batch_size must be >= 1"),
 }
 
