@@ -233,12 +233,15 @@ world_policy() {
     name=${entry%%=*}; ckpt=$(sft_chain "${entry#*=}")
     for run in "greedy --temperature 0" "t1_seed0 --temperature 1.0 --seed 0"; do
       set -- $run
-      local dir=$out/eval_${name}_$1; shift
+      local tag=$1 dir=$out/eval_${name}_$1; shift
       # on vLLM (auto) where it runs: 64 episodes' turns together, KV cache for all of them (~1,200 tokens each)
       [ -f "$dir/world_eval.json" ] || OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} $PROCRL world-eval --model "$ckpt" \
         --world $WORLD --split test --n "$WORLD_N" --max_completion_length 1024 "$@" --output_dir "$dir" \
         --batch_size 64 --vllm_kv_cache_gib 4
       keep "world/$(basename "$dir")" "$dir/world_eval.json"
+      # the verifier's data (the T = 1.0 sample's oracle-labelled steps) is kept too: the verifier table reruns from
+      # the repository without the policy (its SFT and sampling take about 1.5 h on 2 cores)
+      if [ "$name" = "$WORLD_VERIFIER_POLICY" ] && [ "$tag" = t1_seed0 ]; then keep "world/$(basename "$dir")" "$dir/annotated.jsonl"; fi
     done
   done
 }
@@ -248,11 +251,11 @@ world_nli() {
   [ -f ${WORLD}_nli/test/nli.jsonl ] || $PROCRL nli pairs --world $WORLD --out ${WORLD}_nli
   [ -f $WORLD_NLI/config.json ] || $PROCRL nli train --pairs ${WORLD}_nli --out $WORLD_NLI --max_steps 1500
   $PROCRL nli eval --pairs ${WORLD}_nli --model $WORLD_NLI --out $WORLD_NLI/eval
-  keep world/nli $WORLD_NLI/eval/nli_eval.json
+  keep world/nli $WORLD_NLI/eval/nli_eval.json $WORLD_NLI/nli_train.json
 }
 
 world_verifier() {
-  $PROCRL stepgap-eval --data $OUT/world/eval_${WORLD_VERIFIER_POLICY}_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
+  $PROCRL stepgap-eval --data $DOCS/world/eval_${WORLD_VERIFIER_POLICY}_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
     --bootstrap-resamples 1000 --output-dir $OUT/world/verifier
   keep world/verifier $OUT/world/verifier/{table.md,metrics.png,run.json}
 }

@@ -67,8 +67,9 @@ def nli_report(
         gold: labels from `NLI_LABELS`. pred: predicted labels; None (unscored) counts as wrong.
 
     Returns:
-        {"n", "accuracy", "f1": {label: value}, "macro_f1", "intervals": {"accuracy" | label | "macro_f1": (lo, hi)}};
-        with no pairs: n 0 and None values.
+        {"n", "accuracy", "f1": {label: value}, "macro_f1", "intervals": {"accuracy" | label | "macro_f1": (lo, hi)},
+        "confusion": {gold label: {predicted label | "unscored": pairs}}}; with no pairs: n 0, None values and a
+        confusion of zeros.
 
     Raises:
         ValueError: different lengths, or a gold label outside `NLI_LABELS`.
@@ -76,14 +77,24 @@ def nli_report(
     >>> report = nli_report(["entailment", "neutral"], ["entailment", "contradiction"], resamples=50)
     >>> report["accuracy"], report["f1"]["entailment"], round(report["macro_f1"], 4)
     (0.5, 1.0, 0.3333)
+    >>> report["confusion"]["neutral"]
+    {'entailment': 0, 'neutral': 0, 'contradiction': 1, 'unscored': 0}
     """
     if len(gold) != len(pred):
         raise ValueError(f"nli_report: {len(gold)} gold labels vs {len(pred)} predictions")
     g, p = _codes(gold), _codes(pred)
     if np.any(g < 0):
         raise ValueError(f"nli_report: gold labels must be in {NLI_LABELS}")
+    confusion = {
+        gold_label: {
+            **{label: int(np.sum((g == i) & (p == j))) for j, label in enumerate(NLI_LABELS)},
+            "unscored": int(np.sum((g == i) & (p < 0))),
+        }
+        for i, gold_label in enumerate(NLI_LABELS)
+    }
     if len(g) == 0:
-        return {"n": 0, "accuracy": None, "f1": dict.fromkeys(NLI_LABELS), "macro_f1": None, "intervals": {}}
+        return {"n": 0, "accuracy": None, "f1": dict.fromkeys(NLI_LABELS), "macro_f1": None, "intervals": {},
+                "confusion": confusion}  # fmt: skip
     point = _stats(g, p)
     names = ["accuracy", *NLI_LABELS, "macro_f1"]
     draws = []
@@ -102,6 +113,7 @@ def nli_report(
         "f1": {label: float(point[1 + k]) for k, label in enumerate(NLI_LABELS)},
         "macro_f1": float(point[-1]),
         "intervals": dict(draws),
+        "confusion": confusion,
     }
 
 

@@ -24,7 +24,11 @@ def test_report_matches_hand_counts():
     for name, value in (("accuracy", report["accuracy"]), ("macro_f1", report["macro_f1"]), (E, 0.8)):
         low, high = report["intervals"][name]
         assert low <= value + 1e-9 and value - 1e-9 <= high
+    # rows: gold; columns: predicted (the None is C's unscored pair)
+    assert report["confusion"] == {E: {E: 2, N: 1, C: 0, "unscored": 0}, N: {E: 0, N: 1, C: 1, "unscored": 0},
+                                   C: {E: 0, N: 0, C: 0, "unscored": 1}}  # fmt: skip
     assert nli_report([], [])["accuracy"] is None
+    assert all(v == 0 for row in nli_report([], [])["confusion"].values() for v in row.values())
     with pytest.raises(ValueError):
         nli_report([E], [E, E])
     with pytest.raises(ValueError):
