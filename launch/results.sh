@@ -255,8 +255,11 @@ world_nli() {
 }
 
 world_verifier() {
+  # the first 260 episodes are the first 1,000 annotated steps (the issue's >= 1,000; all 1,901 take ~3.8 h at
+  # ~7 s a step here); the judge cache sits beside the run, so a stopped run resumes on the same machine
   $PROCRL stepgap-eval --data $DOCS/world/eval_${WORLD_VERIFIER_POLICY}_t1_seed0/annotated.jsonl --nli $WORLD_NLI --llm-only \
-    --bootstrap-resamples 1000 --output-dir $OUT/world/verifier
+    --limit ${WORLD_VERIFIER_LIMIT:-260} --bootstrap-resamples 1000 --judge-num-threads 2 --judge-concurrency 16 \
+    --judge-cache-dir $OUT/world/judge_cache --output-dir $OUT/world/verifier
   keep world/verifier $OUT/world/verifier/{table.md,metrics.png,run.json}
 }
 
