@@ -22,15 +22,17 @@ With the ablation it then prints a second table, the PAIRED differences (`procrl
 `format_differences_markdown`): "full − -X" for each stage and, with `--llm-only`, "full − LLM-only" and "LLM-only −
 LLM-only -<part>", in signed points with the paired bootstrap interval over questions (both rows scored on the same
 resampled questions; point values only with `--bootstrap-resamples 0`), and the reading rule: removing X hurts when
-the interval of full − -X lies above 0, helps when below 0, else no difference is shown.
+the interval of full − -X lies above 0, helps when below 0, else no difference is shown. Last, where the full tree's
+labels come from (`procrl.evals.stepgap.decisions`): steps per deciding rule ("C: no evidence", "D: quote neutral",
+...) against their gold labels, so an error can be traced to the stage that made it.
 Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`; `result`: the summary, the
-metrics of every variant and baseline and the `differences` ({comparison: {metric: {"diff", "low", "high"}}},
-fractions); `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
+metrics of every variant and baseline, the `differences` ({comparison: {metric: {"diff", "low", "high"}}},
+fractions) and the `decisions` (rows of `decision_table`); `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
 precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
 `stepgap/label_distribution/<label>`, the counts, `stepgap/judge_unscored` and each difference
 `stepgap/diff/<comparison>/<metric>` with `.../<metric>/low|high` (comparison "full-minus-A", "full-minus-LLM-only",
 "LLM-only-minus-LLM-only-definitions", ...); `files`: the files below; also to wandb with `--report-to wandb`),
-`table.md` (the table in Markdown, the differences table below it), `metrics.png` (each metric of every row with its
+`table.md` (the table in Markdown, the differences table and the decisions table below it), `metrics.png` (each metric of every row with its
 interval, `procrl.evals.stepgap.plot`) and `labels.jsonl` (one line per step: gold, predicted label, reason, the
 judge's raw reply; with `--llm-only` each LLM-only row's label and the raw reply to the full LLM-only prompt). The judge (`--judge`, `--judge-model`,
 `--judge-max-tokens` (default 512), `--judge-concurrency`, `--judge-timeout-s`, `--judge-cache-dir`,
@@ -50,6 +52,7 @@ from pathlib import Path
 
 from trl import TrlParser
 
+from procrl.evals.stepgap.decisions import decision_table, format_decisions_markdown
 from procrl.evals.stepgap.evaluate import (
     BASELINE_DRAWS,
     BOOTSTRAP_RESAMPLES,
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     if summary["differences"]:
         print()
         print(format_differences_markdown(summary["differences"]))
+    print()
+    print(format_decisions_markdown(summary["decisions"]))
     out_dir = Path(args.output_dir)
     print(f"run record: {out_dir / RUN_FILE}  labels: {out_dir / FILES['labels']}")
     return 0
@@ -272,12 +277,18 @@ def _evaluate(args: StepGapEvalArguments, judge_args: JudgeArguments) -> tuple[d
         "metrics": report["metrics"],
         "baselines": report["baselines"],
         "differences": report["differences"],
+        "decisions": decision_table(
+            [[label.reason for label in row] for row in report["labels"]],
+            [[label.label for label in row] for row in report["labels"]],
+            [g for _, g in data],
+        ),
         "paper_reference": PAPER_REFERENCE,
     }
     rows = report["metrics"] | report["baselines"] | {"paper (ref)": PAPER_REFERENCE}
     notes = "".join(f"\n{note}\n" for note in table_notes(args))
     if report["differences"]:
         notes += "\n" + format_differences_markdown(report["differences"]) + "\n"
+    notes += "\n" + format_decisions_markdown(summary["decisions"]) + "\n"
     (out_dir / FILES["table"]).write_text(format_markdown(rows) + "\n" + notes, encoding="utf-8")
     title = f"StepGap verifier on {summary['n_steps']} steps of {len(data)} questions (judge {judge_args.judge})"
     plot_metrics(rows, out_dir / FILES["plot"], title=title)

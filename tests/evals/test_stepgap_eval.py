@@ -431,6 +431,11 @@ def test_main_end_to_end_on_a_fake_judge(tmp_path, monkeypatch, capsys):
     assert f"| paper (ref) | 72.0 | 81.2 | 60.6 | {MISSING} |" in table  # not reported: "–"
     assert "mean over 20 draws" in printed and "Q-F1 inflation check" in table
     assert "| full | 100.0 [100.0, 100.0] |" in table
+    # where the labels come from: with the oracle judge and gold NLI every rule's steps carry its label as gold
+    decisions = metrics["decisions"]
+    assert sum(r["steps"] for r in decisions) == 8 and all(r["agree"] == 1.0 for r in decisions)
+    assert all(r["gold"] == {r["label"]: r["steps"]} for r in decisions)
+    assert "| decision (full tree) | label | steps |" in table and "| decision (full tree) |" in printed
     # a threshold outside (0, 1] or no judge is a usage error (exit 2), before any judge is opened
     assert stepgap_eval.main(["--data", str(small), "--nli-contradict-min", "1.5"]) == 2
     capsys.readouterr()
