@@ -27,12 +27,14 @@ labels come from (`procrl.evals.stepgap.decisions`): steps per deciding rule ("C
 ...) against their gold labels, so an error can be traced to the stage that made it.
 Writes into `--output-dir` the run record `run.json` (`procrl.experiment.tracking`; `result`: the summary, the
 metrics of every variant and baseline, the `differences` ({comparison: {metric: {"diff", "low", "high"}}},
-fractions) and the `decisions` (rows of `decision_table`); `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`, `stepgap/BA`, `stepgap/typed_macro_f1`, step
+fractions) and the `decisions` (rows of `decision_table`); `metrics`: the full tree's `stepgap/sF1`, `stepgap/Q-F1`,
+`stepgap/BA`, `stepgap/typed_macro_f1`, step
 precision and recall, their intervals `stepgap/ci/<metric>/low|high`, with `--llm-only` `stepgap/llm_only/<metric>`,
 `stepgap/label_distribution/<label>`, the counts, `stepgap/judge_unscored` and each difference
 `stepgap/diff/<comparison>/<metric>` with `.../<metric>/low|high` (comparison "full-minus-A", "full-minus-LLM-only",
 "LLM-only-minus-LLM-only-definitions", ...); `files`: the files below; also to wandb with `--report-to wandb`),
-`table.md` (the table in Markdown, the differences table and the decisions table below it), `metrics.png` (each metric of every row with its
+`table.md` (the table in Markdown, the differences table and the decisions table below it), `metrics.png` (each metric
+of every row with its
 interval, `procrl.evals.stepgap.plot`) and `labels.jsonl` (one line per step: gold, predicted label, reason, the
 judge's raw reply; with `--llm-only` each LLM-only row's label and the raw reply to the full LLM-only prompt). The judge (`--judge`, `--judge-model`,
 `--judge-max-tokens` (default 512), `--judge-concurrency`, `--judge-timeout-s`, `--judge-cache-dir`,

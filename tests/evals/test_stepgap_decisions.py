@@ -48,6 +48,7 @@ def test_format_decisions_markdown():
     text = format_decisions_markdown(rows)
     lines = text.splitlines()
     assert lines[0] == "| decision (full tree) | label | steps | gold NONE | gold CC | gold IE | gold MB | agree |"
+    assert lines[1] == "|" + "---|" * 8
     assert "| A: off-target | CC | 1 | 0 | 1 | 0 | 0 | 100.0% |" in lines
     assert "| C: no evidence | IE | 1 | 1 | 0 | 0 | 0 | 0.0% |" in lines
     assert len(lines) == 4
