@@ -13,9 +13,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from accelerate.utils import gather_object
 from transformers import TrainerCallback
 
+from procrl.evals.stats import bootstrap_interval
 from procrl.rewards.pum import score_token_sequences
 
 __all__ = [
@@ -24,7 +26,9 @@ __all__ = [
     "evaluate_pairs",
     "flatten_accuracy",
     "length_baseline",
+    "length_credit",
     "pairwise_accuracy",
+    "versus_length",
 ]
 
 
@@ -57,10 +61,59 @@ def length_baseline(pairs) -> dict[str, Any]:
     (0.5, 0.5, 1)
     """
     chosen, rejected = pairs["chosen_prefix_tokens"], pairs["rejected_prefix_tokens"]
-    credit = [1.0 if c > r else 0.5 if c == r else 0.0 for c, r in zip(chosen, rejected, strict=True)]
-    result = pairwise_accuracy(credit, pairs["pair_type"])
+    result = pairwise_accuracy(length_credit(pairs), pairs["pair_type"])
     result["ties"] = sum(c == r for c, r in zip(chosen, rejected, strict=True))
     return result
+
+
+def length_credit(pairs) -> list[float]:
+    """Per-pair credit of "the longer prefix wins": 1, 0, or 1/2 for equal lengths (columns `chosen_prefix_tokens`,
+    `rejected_prefix_tokens`)."""
+    chosen, rejected = pairs["chosen_prefix_tokens"], pairs["rejected_prefix_tokens"]
+    return [1.0 if c > r else 0.5 if c == r else 0.0 for c, r in zip(chosen, rejected, strict=True)]
+
+
+def versus_length(correct: Sequence[float], pairs, *, resamples: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The PUM's pairwise accuracy minus the length baseline's on the same pairs, with a paired 95% interval.
+
+    The interval is the percentile bootstrap over PROBLEMS (column `problem_id`): a resample draws problems with
+    replacement and keeps all their pairs, so the pairs of one problem (which share prefixes) are never treated as
+    independent. The statistic is the pair-weighted difference sum(correct - credit) / pairs over the drawn problems.
+
+    Args:
+        correct: per-pair credit of the PUM (1/0), aligned with `pairs`.
+        pairs: rows with `problem_id`, `chosen_prefix_tokens`, `rejected_prefix_tokens`.
+
+    Returns:
+        `{"difference", "interval": [low, high], "n_problems", "n_pairs"}`; difference and interval are None for no
+        pairs.
+
+    >>> import datasets
+    >>> ds = datasets.Dataset.from_dict({"problem_id": ["a", "a", "b"], "chosen_prefix_tokens": [9, 3, 5],
+    ...                                  "rejected_prefix_tokens": [4, 7, 5]})
+    >>> r = versus_length([1.0, 1.0, 0.0], ds); r["difference"], r["n_problems"]
+    (0.16666666666666666, 2)
+    """
+    credit = length_credit(pairs)
+    if len(correct) != len(credit):
+        raise ValueError(f"versus_length: {len(correct)} credits for {len(credit)} pairs")
+    if not credit:
+        return {"difference": None, "interval": None, "n_problems": 0, "n_pairs": 0}
+    ids = sorted({str(p) for p in pairs["problem_id"]})
+    index = {p: i for i, p in enumerate(ids)}
+    sums, counts = np.zeros(len(ids)), np.zeros(len(ids))
+    for value, base, problem in zip(correct, credit, pairs["problem_id"], strict=True):
+        sums[index[str(problem)]] += value - base
+        counts[index[str(problem)]] += 1
+    low, high = bootstrap_interval(
+        len(ids), lambda idx: float(sums[idx].sum() / counts[idx].sum()), resamples=resamples, seed=seed
+    )
+    return {
+        "difference": float(sums.sum() / counts.sum()),
+        "interval": [low, high],
+        "n_problems": len(ids),
+        "n_pairs": len(credit),
+    }
 
 
 def evaluate_pairs(model: Any, pairs, *, pad_token_id: int, batch_size: int = 16, accelerator: Any = None) -> dict:
@@ -71,7 +124,8 @@ def evaluate_pairs(model: Any, pairs, *, pad_token_id: int, batch_size: int = 16
     passes, which ZeRO-3 needs) and gathered; every rank returns the full result.
 
     Returns:
-        `pairwise_accuracy(...)` plus `mean_margin` = mean of U(chosen) - U(rejected).
+        `pairwise_accuracy(...)` plus `mean_margin` = mean of U(chosen) - U(rejected) and, when `pairs` has the
+        columns `problem_id`, `chosen_prefix_tokens`, `rejected_prefix_tokens`, `vs_length` = `versus_length(...)`.
     """
     n = len(pairs)
     if n == 0:
@@ -97,6 +151,8 @@ def evaluate_pairs(model: Any, pairs, *, pad_token_id: int, batch_size: int = 16
     correct = [1.0 if by_index[i][0] > by_index[i][1] else 0.0 for i in range(n)]
     result = pairwise_accuracy(correct, types)
     result["mean_margin"] = sum(by_index[i][0] - by_index[i][1] for i in range(n)) / n
+    if {"problem_id", "chosen_prefix_tokens", "rejected_prefix_tokens"} <= set(pairs.column_names):
+        result["vs_length"] = versus_length(correct, pairs)
     return result
 
 

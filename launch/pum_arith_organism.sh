@@ -6,6 +6,7 @@
 #   launch/pum_arith_organism.sh                        # configs/pum/build_arith_organism.yaml, then train
 #   END=3008 OUT=outputs/pum_math/arith_organism_8 launch/pum_arith_organism.sh   # a small slice
 #   STAGES="build check" launch/pum_arith_organism.sh   # without training
+#   NPROC=2 launch/pum_arith_organism.sh                # the build's rollouts on 2 processes (launch/build_pum_math.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROCRL=${PROCRL:-.venv/bin/procrl}
@@ -14,7 +15,7 @@ PY=${PYTHON:-.venv/bin/python}
 [ -x "$PY" ] || PY=python
 STAGES=${STAGES:-"build check train"}
 BUILD=configs/pum/build_arith_organism.yaml
-TRAIN=configs/pum/train_arith_organism.yaml
+TRAIN=${TRAIN:-configs/pum/train_arith_organism.yaml}
 OUT=${OUT:-outputs/pum_math/arith_organism}
 PUM_OUT=${PUM_OUT:-outputs/pum_arith_organism}
 EXTRA=()
@@ -29,7 +30,7 @@ if [[ " $STAGES " == *" build "* || " $STAGES " == *" train "* ]]; then  # ~25 s
 fi
 for stage in $STAGES; do
   case $stage in
-    build) $PROCRL build-pum-data --config "$BUILD" --output_dir "$OUT" --policy_model "$CLEAN" \
+    build) CONFIG="$BUILD" launch/build_pum_math.sh --output_dir "$OUT" --policy_model "$CLEAN" \
              --students "$WEAK" "$CLEAN" "$CORRUPTED" "${EXTRA[@]}" ;;
     check) $PROCRL pum-gain-check "$OUT" ;;
     train) "$PY" train_pum.py --config "$TRAIN" --model_name_or_path "$CLEAN" --dataset_name "$OUT/dataset" \

@@ -19,7 +19,8 @@ results file is the run record `run.json` in `output_dir` (`procrl.experiment.tr
 `output_dir`, `pum_config`: pum_config.json), as `metrics` the last logged value of every `eval_*` key (eval_loss,
 eval_pairwise_accuracy[_<type>], ...) and the held-out summary as `pum/heldout_accuracy`,
 `pum/heldout_accuracy_before`, `pum/heldout_n`, `pum/heldout/<type>/accuracy`, `pum/length_baseline_accuracy`,
-`pum/train_loss`, `pum/steps`, and the trainer's log history as `history`.
+`pum/vs_length` (held-out accuracy minus the length baseline's), `pum/train_loss`, `pum/steps`, and the trainer's
+log history as `history`.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ def format_summary(summary: dict, files: dict[str, str]) -> str:
 
         for name, after, before, base in rows:
             lines.append(f"{name:<12} {after['n']:>5} {fmt(before):>10} {fmt(after):>10} {fmt(base):>11}")
+        versus = heldout["after"].get("vs_length") or {}
+        if versus.get("difference") is not None:
+            low, high = versus["interval"]
+            lines.append(
+                f"PUM after - longer wins: {versus['difference']:+.3f} [{low:+.3f}, {high:+.3f}] "
+                f"(paired, 95% bootstrap over {versus['n_problems']} held-out problems)"
+            )
     if files:
         lines += ["", *(f"{role}: {path}" for role, path in files.items())]
     return "\n".join(lines)
@@ -137,6 +145,7 @@ def run_metrics(summary: dict) -> dict[str, float]:
         "pum/heldout_accuracy_before": before.get("accuracy"),
         "pum/heldout_n": after.get("n"),
         "pum/length_baseline_accuracy": baseline.get("accuracy"),
+        "pum/vs_length": (after.get("vs_length") or {}).get("difference"),
         **{f"pum/heldout/{kind}/accuracy": row.get("accuracy") for kind, row in after.get("by_type", {}).items()},
         "pum/train_loss": summary["train"]["train_loss"],
         "pum/steps": summary["train"]["steps"],

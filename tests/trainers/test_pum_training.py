@@ -11,13 +11,14 @@ import sys
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, LlamaForSequenceClassification, set_seed
 from trl import ModelConfig
 
-from procrl.evals.pum import evaluate_pairs, length_baseline
+from procrl.evals.pum import evaluate_pairs, length_baseline, versus_length
 from procrl.rewards.pum import PrefixUtilityModel, render_prompt_ids
 from procrl.scripts.train_pum import make_parser
 from procrl.trainers import pum_data, pum_training
@@ -213,6 +214,40 @@ def test_length_baseline_by_hand():
     assert r["by_type"] == {"horizontal": {"accuracy": 0.75, "n": 2}, "vertical": {"accuracy": 0.5, "n": 2}}
 
 
+def test_versus_length_pairs_a_problem_with_its_pairs():
+    # problem a: two pairs, PUM right on both, length right on one (diff +1, +0); b: one pair, PUM wrong, length
+    # tie (diff -0.5); c: one pair, both right (diff 0). Pair-weighted: (1 + 0 - 0.5 + 0) / 4.
+    pairs = datasets.Dataset.from_dict(
+        {
+            "problem_id": ["a", "a", "b", "c"],
+            "chosen_prefix_tokens": [3, 9, 5, 8],
+            "rejected_prefix_tokens": [7, 4, 5, 2],
+        }
+    )
+    correct = [1.0, 1.0, 0.0, 1.0]
+    r = versus_length(correct, pairs, resamples=400, seed=1)
+    assert r["difference"] == pytest.approx(0.125) and r["n_problems"] == 3 and r["n_pairs"] == 4
+    # the reference: resample problems (not pairs) with the same generator, then the percentile interval
+    per_problem = {"a": (1.0, 2), "b": (-0.5, 1), "c": (0.0, 1)}
+    ids = ["a", "b", "c"]
+    rng = np.random.default_rng(1)
+    draws = []
+    for _ in range(400):
+        chosen = [ids[i] for i in rng.integers(0, 3, size=3)]
+        draws.append(sum(per_problem[p][0] for p in chosen) / sum(per_problem[p][1] for p in chosen))
+    assert r["interval"] == pytest.approx(list(np.quantile(draws, [0.025, 0.975])))
+    assert r["interval"][0] < r["difference"] < r["interval"][1]
+
+
+def test_versus_length_edge_cases():
+    empty = datasets.Dataset.from_dict({"problem_id": [], "chosen_prefix_tokens": [], "rejected_prefix_tokens": []})
+    assert versus_length([], empty) == {"difference": None, "interval": None, "n_problems": 0, "n_pairs": 0}
+    one = datasets.Dataset.from_dict({"problem_id": ["a"], "chosen_prefix_tokens": [1], "rejected_prefix_tokens": [2]})
+    assert versus_length([1.0], one) == {"difference": 1.0, "interval": [1.0, 1.0], "n_problems": 1, "n_pairs": 1}
+    with pytest.raises(ValueError, match="1 credits for 2 pairs"):
+        versus_length([1.0], datasets.concatenate_datasets([one, one]))
+
+
 def test_evaluate_pairs_per_type_matches_plain_scoring(smollm2_tokenizer, tiny_llama_factory):
     config = tiny_llama_factory(len(smollm2_tokenizer)).config
     config.num_labels = 1
@@ -238,6 +273,9 @@ def test_evaluate_pairs_per_type_matches_plain_scoring(smollm2_tokenizer, tiny_l
         assert result["by_type"][kind] == {"accuracy": sum(values) / 6, "n": 6}
     assert result["accuracy"] == sum(wins["vertical"] + wins["horizontal"]) / 12
     assert result["mean_margin"] == pytest.approx(sum(margins) / 12, abs=1e-4)
+    versus = result["vs_length"]
+    assert versus["difference"] == pytest.approx(result["accuracy"] - length_baseline(pairs)["accuracy"])
+    assert versus["n_problems"] == len(set(pairs["problem_id"])) and versus["n_pairs"] == 12
 
 
 def test_peft_flags_need_seq_cls():
