@@ -24,6 +24,9 @@ procrl beam --beams 4 --expand 2 --scorer pum --pum PATH --dataset svamp [--outp
 procrl pum-gain-check outputs/pum_math/arith_organism [--resamples 0]
                              a PUM-Math build of an arith set: mean gain of prefixes ending in an oracle-correct
                              step vs at the first wrong step, with intervals; pair counts (gain_check.json)
+procrl pum-oracle outputs/results/select_arith_organism_pum --pum outputs/pum_arith_organism
+                             a PUM against the step oracle on a select run's samples: first-error F1 (cross-
+                             fitted threshold), within-problem AUROC beside the run's scores (pum_oracle.json)
 procrl frs --model default --dataset gsm8k --frs-traces 16 --frs-k-percent 10 --judge local
                              offline Filtered Reasoning Score of a model on a benchmark (run.json, frs.png)
 procrl frs compare RUN_DIR RUN_DIR... --output-dir D
@@ -97,6 +100,10 @@ COMMANDS = {
         "procrl.scripts.pum_gain_check",
         "a PUM-Math build of an arith set: gain of oracle-correct vs first-wrong-step prefixes; pair counts",
     ),
+    "pum-oracle": (
+        "procrl.scripts.pum_oracle",
+        "a PUM against the step oracle on a select run's samples: first-error F1, within-problem AUROC",
+    ),
     "calibrate": (
         "procrl.scripts.calibrate",
         "a policy's accuracy, pass@8, mixed groups and ProcessAcc per difficulty level; its edge level(s)",
@@ -125,7 +132,7 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "pum-gain-check", "calibrate", "frs", "stepgap-eval", "world-eval", "nli"),
+    "evaluate": ("select", "beam", "pum-gain-check", "pum-oracle", "calibrate", "frs", "stepgap-eval", "world-eval", "nli"),
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever", "world"),
 }

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "select": "procrl.scripts.select",
     "beam": "procrl.scripts.beam",
     "pum-gain-check": "procrl.scripts.pum_gain_check",
+    "pum-oracle": "procrl.scripts.pum_oracle",
     "calibrate": "procrl.scripts.calibrate",
     "stepgap-eval": "procrl.scripts.stepgap_eval",
     "report": "procrl.scripts.report",
