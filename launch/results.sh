@@ -10,7 +10,9 @@
 #   launch/results.sh frs_arith     # §4: procrl frs --judge oracle on the clean and corrupted organisms + compare
 #   launch/results.sh frs_arith_judges  # §4 with the SmolLM2 and Gemma judges (ARITH_JUDGES), 100 problems, + agreement
 #   launch/results.sh frs_arith_grpo    # §4's second pairs (oracle judge): before/after GRPO, GRPO arms (after grpo*)
-#   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students, gain check, PUM)
+#   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students on 400 problems,
+#                                   # gain check, the two PUM recipes)
+#   launch/results.sh pum_bestofn   # §2 with PUM_MODEL: best-of-N at N <= 32 (procrl select), procrl pum-oracle
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
@@ -212,10 +214,24 @@ frs_arith_grpo() {  # §4's second pairs: before vs after GRPO, and outcome-only
   done
 }
 
-pum_arith() {
-  OUT=outputs/pum_math/arith_organism PUM_OUT="$PUM_MODEL" launch/pum_arith_organism.sh
-  keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json} \
-    "$PUM_MODEL"/{run.json,pum_config.json}
+pum_arith() {  # the build (rollouts on NPROC processes), the gain check, then both PUM recipes
+  NPROC=${NPROC:-2} STAGES="build check" OUT=outputs/pum_math/arith_organism launch/pum_arith_organism.sh
+  keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json}
+  local recipe
+  for recipe in train_arith_organism train_arith_organism_lowlr; do
+    STAGES=train TRAIN=configs/pum/$recipe.yaml PUM_OUT=outputs/pum_${recipe#train_} launch/pum_arith_organism.sh
+    mkdir -p $DOCS/pum_arith/${recipe#train_}
+    cp outputs/pum_${recipe#train_}/{run.json,pum_config.json} $DOCS/pum_arith/${recipe#train_}/
+  done
+}
+
+pum_bestofn() {  # §2 with a PUM (PUM_MODEL): best-of-N on 32 samples, the PUM against the oracle, beam search
+  local organism sel=$OUT/select_arith_organism_pum
+  organism=$(sft_checkpoint configs/demo/sft_organism.yaml)
+  OMP_NUM_THREADS=1 $PROCRL select --config configs/results/select_arith_organism_pum.yaml --model "$organism" \
+    --pum "$PUM_MODEL" --output-dir $sel
+  OMP_NUM_THREADS=1 $PROCRL pum-oracle $sel --pum "$PUM_MODEL"
+  keep pum_bestofn $sel/{table.md,curves.png,run.json,pum_oracle.json}
 }
 
 WORLD=data/world0
@@ -264,10 +280,11 @@ world_verifier() {
 }
 
 case "${1:-}" in
-  bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted) "$1" ;;
+  bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|pum_bestofn|grpo) "$1" ;;
+  grpo_corrupted) "$1" ;;
   world_policy|world_nli|world_verifier) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; grpo; grpo_corrupted; frs_arith_grpo ;;
+  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; pum_bestofn; grpo; grpo_corrupted; frs_arith_grpo ;;
   world) world_policy; world_nli; world_verifier ;;
   *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted|arith|world_policy|world_nli|world_verifier|world" >&2; exit 2 ;;
 esac
