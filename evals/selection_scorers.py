@@ -23,9 +23,7 @@ columns (the report's candidate keys `score_<column>`):
   baseline, no forward pass) and `self_certainty` = (1/L) sum_t KL(U || p_t) (Kang et al. 2025, arXiv 2502.18581;
   `procrl.generation.sequence_self_certainty`: one teacher-forced forward of the policy over the sampled prompt
   and completion ids). Over the L completion tokens, EOS included when sampled; higher = more confident. A
-  completion without tokens, or with a non-finite mean, gets None;
-- pass `length` (the baseline a PUM must beat, the pairs' "longer prefix wins"): column `length` = the number of
-  completion tokens the sampler wrote (EOS included when sampled); no forward pass. Its argmax picks the longest.
+  completion without tokens, or with a non-finite mean, gets None.
 """
 
 from __future__ import annotations
@@ -197,10 +195,6 @@ def _pass_mean_logprob(ctx: ScoringContext) -> dict[str, ScoreTable]:
     return {"mean_logprob": [[_mean(lp) for lp in row] for row in ctx.candidates.logps]}  # the sampler's: no forward
 
 
-def _pass_length(ctx: ScoringContext) -> dict[str, ScoreTable]:
-    return {"length": [[float(len(ids)) for ids in row] for row in ctx.candidates.ids]}
-
-
 def _pass_certainty(ctx: ScoringContext) -> dict[str, ScoreTable]:
     config, s, c = ctx.config, ctx.setup, ctx.candidates
     pad = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else 0  # masked: its value is moot
@@ -223,7 +217,6 @@ SCORE_PASSES: dict[str, tuple[tuple[str, ...], PassFunc]] = {
     "pum_steps": (("pum_min", "pum_last", "pum_mean"), _pass_pum_steps),
     "mean_logprob": (("mean_logprob",), _pass_mean_logprob),
     "certainty": (("self_certainty",), _pass_certainty),
-    "length": (("length",), _pass_length),
 }
 
 # A pick rule: context -> one pick per problem (None: abstain); no scores.
@@ -236,7 +229,7 @@ PICK_RULES: dict[str, Callable[[ScoringContext], list[int | None]]] = {
 
 SCORERS = (
     "pum", "picsar", "majority", "random", "picsar_reasoning", "picsar_answer", "pum_min", "pum_last", "pum_mean",
-    "mean_logprob", "self_certainty", "length",
+    "mean_logprob", "self_certainty",
 )  # fmt: skip
 
 

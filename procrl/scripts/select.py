@@ -25,7 +25,6 @@ per scorer and reports the accuracy of the picked completions (docs/architecture
   `self_certainty`: argmax of the mean over the completion's tokens of KL(U || p_t), the divergence of the policy's
   next-token distribution from uniform (Kang et al. 2025, arXiv 2502.18581; one teacher-forced pass; one pass for
   both columns). Defined for every completion with a token, with or without an answer;
-- `length`: argmax of the number of completion tokens (the longest; the length baseline a PUM must beat);
 - `majority`: the most frequent extracted answer (ties: the answer that appears first); its first completion;
 - `random`: one completion drawn with `random.Random(f"{seed}:{problem_id}")` (reproducible per problem).
 

@@ -116,14 +116,13 @@ def test_accuracy_table_shows_an_undefined_accuracy_as_a_dash():
 def test_scorer_registry_keeps_its_names_and_order():
     assert SCORERS == (
         "pum", "picsar", "majority", "random", "picsar_reasoning", "picsar_answer", "pum_min", "pum_last", "pum_mean",
-        "mean_logprob", "self_certainty", "length",
+        "mean_logprob", "self_certainty",
     )  # fmt: skip
     passes = {s: pass_of(s) for s in SCORERS}
     assert passes == {"pum": "pum", "picsar": "picsar", "majority": None, "random": None,
                       "picsar_reasoning": "picsar", "picsar_answer": "picsar",
                       "pum_min": "pum_steps", "pum_last": "pum_steps", "pum_mean": "pum_steps",
-                      "mean_logprob": "mean_logprob", "self_certainty": "certainty",
-                      "length": "length"}  # fmt: skip
+                      "mean_logprob": "mean_logprob", "self_certainty": "certainty"}  # fmt: skip
     with pytest.raises(ValueError, match="unknown scorer 'oracle'"):
         pass_of("oracle")
 
@@ -317,17 +316,6 @@ def test_certainty_pass_by_hand_and_against_an_independent_forward(tokenizer, ti
             assert picks[scorer][p] == select_argmax(scores[scorer][p])
     # defined without an answer too ("I am not sure."), unlike PiCSAR
     assert c.answers[0][1] is None and scores["self_certainty"][0][1] is not None
-
-
-def test_length_pass_counts_the_sampled_tokens_and_picks_the_longest(tokenizer, tiny_llama):
-    c = _candidates(tokenizer)
-    prompt_ids = render_prompts(tokenizer, [f"Question: {q}\nAnswer:" for q in QUESTIONS])
-    ctx = ScoringContext(_config(scorer="length"), _setup(tokenizer, tiny_llama, None, prompt_ids), c)
-    picks, scores = score_candidates(ctx, ["length"])
-    assert scores["length"] == [[float(len(ids)) for ids in row] for row in c.ids]
-    for p, row in enumerate(c.ids):
-        longest = max(len(ids) for ids in row)
-        assert picks["length"][p] == [len(ids) for ids in row].index(longest)  # ties to the earliest
 
 
 def test_mean_is_none_without_values_or_when_not_finite():
