@@ -16,8 +16,9 @@ other scores.
    pooled predictions are scored once (a fold's step scores minus its threshold, against threshold 0: a step is
    flagged exactly when its score is below its fold's threshold);
 5. within-problem AUROC against the oracle (error-free completions against the others, `within_problem_auroc`) of
-   the PUM's U(x, y) and of every `score_<column>` the select run holds (PiCSAR, mean log-prob, length, ...), so
-   the PUM is read beside the baselines on the same completions;
+   the PUM's U(x, y), of the completion's length in tokens ("length": longer ranks higher) and of every
+   `score_<column>` the select run holds (PiCSAR, mean log-prob, ...), so the PUM is read beside the baselines on
+   the same completions;
 6. step AUROC of the PUM's per-step utilities (valid steps against invalid ones, `step_auroc`).
 
 Intervals are percentile-bootstrap 95% over problems (`procrl.evals.stats`).
@@ -138,7 +139,8 @@ def pum_oracle_agreement(
     Returns:
         json-safe: `select_dir`, `counts` (problems, completions, error_free, erroneous, without steps),
         `first_error` (`FirstErrorDetection` as a dict, threshold 0 on the shifted scores, plus `thresholds` per
-        fold), `within_problem_auroc` (scorer -> `WithinProblemAUROC` as a dict; "pum_full" is this PUM's U(x, y)),
+        fold), `within_problem_auroc` (scorer -> `WithinProblemAUROC` as a dict; "pum_full" is this PUM's U(x, y),
+        "length" the token count),
         `step_auroc` (valid and no_error positives).
 
     Raises:
@@ -161,8 +163,11 @@ def pum_oracle_agreement(
     shifted, thresholds = crossfit_shift(step_scores, labels, problem_ids, folds)
     detection = first_error_detection(shifted, labels, 0.0, problem_ids=problem_ids, resamples=resamples, seed=seed)
 
-    columns: dict[str, list[float | None]] = {"pum_full": [_finite(v) for v in full]}
     candidates = [c for problem in run["problems"] for c in problem["candidates"]]
+    columns: dict[str, list[float | None]] = {
+        "pum_full": [_finite(v) for v in full],
+        "length": [float(c["num_tokens"]) for c in candidates],  # the baseline a PUM must beat: longer is better
+    }
     for key in sorted({k for c in candidates for k in c if k.startswith("score_")}):
         columns[key.removeprefix("score_")] = [_finite(c.get(key)) for c in candidates]
     within = {

@@ -37,9 +37,8 @@ def _select_run(tmp_path, max_new_tokens: int = 64):
                 "problem_id": row["problem_id"],
                 "answer": row["answer"],
                 "candidates": [
-                    {"text": texts[kind], "num_tokens": n, "score_length": length, "score_good": good}
-                    for kind, n, length, good in [("right", 20, 20.0, 1.0), ("wrong", 22, 22.0, 0.0),
-                                                  ("none", 5, 5.0, None)]
+                    {"text": texts[kind], "num_tokens": n, "score_good": good}
+                    for kind, n, good in [("right", 20, 1.0), ("wrong", 22, 0.0), ("none", 5, None)]
                 ],  # fmt: skip
             }
         )
