@@ -85,8 +85,8 @@ def versus_length(correct: Sequence[float], pairs, *, resamples: int = 1000, see
         pairs: rows with `problem_id`, `chosen_prefix_tokens`, `rejected_prefix_tokens`.
 
     Returns:
-        `{"difference", "interval": [low, high], "n_problems", "n_pairs"}`; difference and interval are None for no
-        pairs.
+        `{"difference", "interval": [low, high], "n_problems", "n_pairs"}`; difference None for no pairs; interval
+        None for fewer than 2 problems or `resamples` 0.
 
     >>> import datasets
     >>> ds = datasets.Dataset.from_dict({"problem_id": ["a", "a", "b"], "chosen_prefix_tokens": [9, 3, 5],
@@ -105,12 +105,15 @@ def versus_length(correct: Sequence[float], pairs, *, resamples: int = 1000, see
     for value, base, problem in zip(correct, credit, pairs["problem_id"], strict=True):
         sums[index[str(problem)]] += value - base
         counts[index[str(problem)]] += 1
-    low, high = bootstrap_interval(
-        len(ids), lambda idx: float(sums[idx].sum() / counts[idx].sum()), resamples=resamples, seed=seed
-    )
+    interval = None
+    if len(ids) > 1 and resamples > 0:
+        low, high = bootstrap_interval(
+            len(ids), lambda idx: float(sums[idx].sum() / counts[idx].sum()), resamples=resamples, seed=seed
+        )
+        interval = [low, high]
     return {
         "difference": float(sums.sum() / counts.sum()),
-        "interval": [low, high],
+        "interval": interval,
         "n_problems": len(ids),
         "n_pairs": len(credit),
     }

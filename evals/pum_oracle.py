@@ -7,19 +7,23 @@ other scores.
    count and `score_<column>` values) and its problems again (same data set, slice and prompt template), which must
    carry `gold_steps`;
 2. labels every candidate with the oracle (`procrl.rewards.oracle.oracle_labels`; a candidate of `max_new_tokens`
-   tokens counts as truncated, so a number at its very end is no step);
+   tokens counts as truncated, so a number at its very end is no step: the select run keeps no finish reason, so a
+   completion whose EOS is exactly the last token of the budget counts as truncated too, which changes its label
+   only when its text ends on a result);
 3. scores it with the PUM on the oracle's step units (`procrl.evals.oracle_agreement.pum_scores`: U(x, pieces 0..k)
    per step k, and U(x, y) of the whole completion);
 4. first-error detection (ProcessBench's F1, `first_error_detection`) with a CROSS-FITTED threshold: the problems
    are split into `folds` folds by position (problem i in fold i mod folds); each fold's threshold is the F1-best
    one on the other folds (`choose_threshold`), so no completion is flagged by a threshold chosen on itself. The
    pooled predictions are scored once (a fold's step scores minus its threshold, against threshold 0: a step is
-   flagged exactly when its score is below its fold's threshold);
+   flagged exactly when its score is below its fold's threshold). The interval holds the thresholds fixed: it does
+   not cover the choice of threshold. Too few completions of a class to choose one: `first_error` says why;
 5. within-problem AUROC against the oracle (error-free completions against the others, `within_problem_auroc`) of
-   the PUM's U(x, y), of the completion's length in tokens ("length": longer ranks higher) and of every
-   `score_<column>` the select run holds (PiCSAR, mean log-prob, ...), so the PUM is read beside the baselines on
+   the PUM's U(x, y), of every `score_<column>` the select run holds (PiCSAR, mean log-prob, ...) and of the
+   completion's length in tokens ("num_tokens": longer ranks higher), so the PUM is read beside the baselines on
    the same completions;
-6. step AUROC of the PUM's per-step utilities (valid steps against invalid ones, `step_auroc`).
+6. step AUROC of the PUM's per-step utilities: valid steps against invalid ones, and steps without error against
+   error steps (`step_auroc`).
 
 Intervals are percentile-bootstrap 95% over problems (`procrl.evals.stats`).
 """
@@ -39,6 +43,7 @@ from procrl.evals.offline import load_rows
 from procrl.evals.oracle_agreement import (
     choose_threshold,
     first_error_detection,
+    is_error_free,
     pum_scores,
     step_auroc,
     within_problem_auroc,
@@ -137,15 +142,15 @@ def pum_oracle_agreement(
         resamples: bootstrap draws over problems (0: no intervals); seed: their seed.
 
     Returns:
-        json-safe: `select_dir`, `counts` (problems, completions, error_free, erroneous, without steps),
+        json-safe: `select_dir`, `counts` (problems, completions, without_steps; of those with steps: erroneous
+        (an error step), error_free (no error step, ProcessAcc 1), incomplete (no error step, ProcessAcc < 1)),
         `first_error` (`FirstErrorDetection` as a dict, threshold 0 on the shifted scores, plus `thresholds` per
-        fold), `within_problem_auroc` (scorer -> `WithinProblemAUROC` as a dict; "pum_full" is this PUM's U(x, y),
-        "length" the token count),
+        fold; `{"undefined": reason}` when no threshold can be chosen), `within_problem_auroc` (scorer ->
+        `WithinProblemAUROC` as a dict; "pum_full" is this PUM's U(x, y), "num_tokens" the token count),
         `step_auroc` (valid and no_error positives).
 
     Raises:
-        ValueError: an unreadable select run, problems without gold steps, or too few labelled completions to choose
-            a threshold.
+        ValueError: an unreadable select run, or problems without gold steps.
     """
     run = read_select_run(select_dir)
     slice_keys = ("dataset", "split", "start", "end", "prompt_template")
@@ -160,16 +165,22 @@ def pum_oracle_agreement(
         steps, whole = pum_scores(pum, questions[part], texts[part], labels[part])
         step_scores += steps
         full += whole
-    shifted, thresholds = crossfit_shift(step_scores, labels, problem_ids, folds)
-    detection = first_error_detection(shifted, labels, 0.0, problem_ids=problem_ids, resamples=resamples, seed=seed)
+    try:
+        shifted, thresholds = crossfit_shift(step_scores, labels, problem_ids, folds)
+    except ValueError as error:  # too few of a class to choose a threshold: the AUROCs are still reported
+        logger.warning("pum-oracle: no first-error detection: %s", error)
+        first_error = {"undefined": str(error), "folds": folds}
+    else:
+        detection = first_error_detection(
+            shifted, labels, 0.0, problem_ids=problem_ids, resamples=resamples, seed=seed
+        )
+        first_error = {**asdict(detection), "thresholds": thresholds, "folds": folds}
 
     candidates = [c for problem in run["problems"] for c in problem["candidates"]]
-    columns: dict[str, list[float | None]] = {
-        "pum_full": [_finite(v) for v in full],
-        "length": [float(c["num_tokens"]) for c in candidates],  # the baseline a PUM must beat: longer is better
-    }
+    columns: dict[str, list[float | None]] = {"pum_full": [_finite(v) for v in full]}
     for key in sorted({k for c in candidates for k in c if k.startswith("score_")}):
         columns[key.removeprefix("score_")] = [_finite(c.get(key)) for c in candidates]
+    columns["num_tokens"] = [float(c["num_tokens"]) for c in candidates]  # the length baseline: longer ranks higher
     within = {
         name: asdict(within_problem_auroc(values, labels, problem_ids, resamples=resamples, seed=seed))
         for name, values in columns.items()
@@ -188,9 +199,10 @@ def pum_oracle_agreement(
             "completions": len(labels),
             "without_steps": len(labels) - len(with_steps),
             "erroneous": sum(label.first_error is not None for label in with_steps),
-            "error_free": sum(label.first_error is None and label.process_acc == 1.0 for label in labels),
+            "error_free": sum(is_error_free(label) for label in with_steps),
+            "incomplete": sum(label.first_error is None and not is_error_free(label) for label in with_steps),
         },
-        "first_error": {**asdict(detection), "thresholds": thresholds, "folds": folds},
+        "first_error": first_error,
         "within_problem_auroc": within,
         "step_auroc": steps_auroc,
     }

@@ -85,18 +85,25 @@ def format_report(report: dict) -> str:
     counts, fe = report["counts"], report["first_error"]
     lines = [
         f"PUM against the step oracle: {report['select_dir']} ({report['dataset']}): {counts['problems']} problems, "
-        f"{counts['completions']} completions ({counts['error_free']} error-free, {counts['erroneous']} with an "
-        f"error step, {counts['without_steps']} without a step)",
+        f"{counts['completions']} completions: {counts['error_free']} error-free, {counts['incomplete']} without an "
+        f"error step but incomplete, {counts['erroneous']} with an error step, {counts['without_steps']} without a "
+        "step",
         "",
-        f"first-error detection (threshold cross-fitted over {fe['folds']} folds: "
-        + ", ".join(f"{t:.4g}" for t in fe["thresholds"])
-        + ")",
-        markdown_table(
-            ["F1", "acc (erroneous)", "acc (error-free)", "erroneous", "error-free"],
-            [[_value(fe[k], fe["intervals"].get(k)) for k in ("f1", "acc_erroneous", "acc_correct")]
-             + [fe["n_erroneous"], fe["n_correct"]]],
-        ),  # fmt: skip
-        "",
+    ]
+    if "undefined" in fe:
+        lines += [f"first-error detection: undefined ({fe['undefined']})", ""]
+    else:
+        thresholds = ", ".join(f"{t:.4g}" for t in fe["thresholds"])
+        lines += [
+            f"first-error detection (threshold cross-fitted over {fe['folds']} folds: {thresholds})",
+            markdown_table(
+                ["F1", "acc (with an error step)", "acc (no error step)", "with an error step", "no error step"],
+                [[_value(fe[k], fe["intervals"].get(k)) for k in ("f1", "acc_erroneous", "acc_correct")]
+                 + [fe["n_erroneous"], fe["n_correct"]]],
+            ),  # fmt: skip
+            "",
+        ]
+    lines += [
         "within-problem AUROC, error-free completions against the others",
         markdown_table(
             ["score", "AUROC", "problems", "undefined", "unscored"],

@@ -89,9 +89,10 @@ def format_summary(summary: dict, files: dict[str, str]) -> str:
             lines.append(f"{name:<12} {after['n']:>5} {fmt(before):>10} {fmt(after):>10} {fmt(base):>11}")
         versus = heldout["after"].get("vs_length") or {}
         if versus.get("difference") is not None:
-            low, high = versus["interval"]
+            interval = versus["interval"]
+            spread = f" [{interval[0]:+.3f}, {interval[1]:+.3f}]" if interval else ""
             lines.append(
-                f"PUM after - longer wins: {versus['difference']:+.3f} [{low:+.3f}, {high:+.3f}] "
+                f"PUM after - longer wins: {versus['difference']:+.3f}{spread} "
                 f"(paired, 95% bootstrap over {versus['n_problems']} held-out problems)"
             )
     if files:

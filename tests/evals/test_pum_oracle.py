@@ -4,13 +4,14 @@ cross-fitted first-error detection and within-problem AUROC, on a hand-made sele
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
 from procrl.data_builders.datasets import load_math_dataset
 from procrl.evals import pum_oracle
 from procrl.evals.pum_oracle import crossfit_shift, label_candidates, pum_oracle_agreement
-from procrl.rewards.oracle import gold_steps_from_json, oracle_labels
+from procrl.rewards.oracle import gold_steps_from_json
 from procrl.rewards.pum import PrefixUtilityModel
 from procrl.rewards.pum_rewards import PUMReward
 from procrl.scripts import pum_oracle as command
@@ -58,10 +59,12 @@ def test_labels_follow_the_oracle_and_the_token_budget(tmp_path):
     ids, questions, texts, labels = label_candidates(run, rows)
     assert len(labels) == 3 * len(rows) and questions[0] == rows[0]["question"] and ids[2] == rows[0]["problem_id"]
     assert [(lab.first_error, len(lab.steps)) for lab in labels[:3]] == [(None, 2), (0, 2), (None, 0)]
-    run["settings"]["max_new_tokens"] = 20  # the right trace (20 tokens) hits the budget: labelled as truncated
-    gold = gold_steps_from_json(rows[0]["gold_steps"])
-    assert label_candidates(run, rows)[3][0] == oracle_labels(texts[0], questions[0], gold, truncated=True)
-    assert label_candidates(run, rows)[3][1] == oracle_labels(texts[1], questions[1], gold, truncated=False)
+    # a trace cut on its last result: at the budget (20 tokens) that result is no step, below it is one
+    cut = texts[0].split("\nThe answer")[0].rstrip(".")
+    run["problems"][0]["candidates"] = [{"text": cut, "num_tokens": 20}, {"text": cut, "num_tokens": 19}]
+    run["settings"]["max_new_tokens"] = 20
+    at_budget, below = label_candidates(run, rows)[3][:2]
+    assert (len(at_budget.steps), len(below.steps)) == (1, 2)
     with pytest.raises(ValueError, match="not in its data slice"):
         label_candidates(run, rows[1:])
     with pytest.raises(ValueError, match="has no gold_steps"):
@@ -87,17 +90,47 @@ def test_agreement_with_designed_step_scores(tmp_path, monkeypatch, smollm2_toke
     report = pum_oracle_agreement(tmp_path, pum, folds=2, resamples=50, progress=False)
     n = len(rows)
     assert report["counts"] == {"problems": n, "completions": 3 * n, "without_steps": n, "erroneous": n,
-                                "error_free": n}  # fmt: skip
+                                "error_free": n, "incomplete": 0}  # fmt: skip
     fe = report["first_error"]
     assert (fe["f1"], fe["acc_erroneous"], fe["acc_correct"]) == (1.0, 1.0, 1.0)  # any threshold in (-1, 1]
     assert (fe["n_erroneous"], fe["n_correct"], fe["n_no_steps"], len(fe["thresholds"])) == (n, n, n, 2)
     assert all(-1.0 < t <= 1.0 for t in fe["thresholds"])
     within = report["within_problem_auroc"]
-    assert set(within) == {"pum_full", "length", "good"}
+    assert set(within) == {"pum_full", "num_tokens", "good"}
     assert within["good"]["auroc"] == 1.0 and within["good"]["n_unscored"] == n  # the step-less one is unscored
     # length: the right trace (20) is below the wrong one (22) and above the step-less one (5): 1/2 per problem
-    assert within["length"]["auroc"] == pytest.approx(0.5) and within["length"]["n_problems"] == n
+    assert within["num_tokens"]["auroc"] == pytest.approx(0.5) and within["num_tokens"]["n_problems"] == n
     assert report["step_auroc"]["no_error"]["auroc"] == 1.0
+
+
+def test_each_fold_is_flagged_at_the_other_folds_threshold(tmp_path, monkeypatch, smollm2_tokenizer, tiny_pum_factory):
+    rows = _select_run(tmp_path)  # 6 problems: positions 0, 2, 4 in fold 0, the others in fold 1
+    pum = PrefixUtilityModel(tiny_pum_factory(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
+    offset = {row["problem_id"]: 10.0 * (i % 2) for i, row in enumerate(rows)}
+    question_to_id = {row["question"]: row["problem_id"] for row in rows}
+
+    def designed(_pum, questions, texts, labels):  # +-1 as above, shifted by 10 in fold 1
+        steps = [[(1.0 if not s.is_error else -1.0) + offset[question_to_id[q]] for s in label.steps]
+                 for q, label in zip(questions, labels, strict=True)]  # fmt: skip
+        return steps, [0.0] * len(texts)
+
+    monkeypatch.setattr(pum_oracle, "pum_scores", designed)
+    fe = pum_oracle_agreement(tmp_path, pum, folds=2, resamples=0, progress=False)["first_error"]
+    # fold 0 gets fold 1's threshold (10: every step of fold 0 flagged, so its 3 wrong traces are hits and its 3
+    # right ones misses); fold 1 gets fold 0's (0: nothing flagged, its 3 right traces hits). In-sample: F1 = 1.
+    assert fe["thresholds"] == [10.0, 0.0]
+    assert (fe["acc_erroneous"], fe["acc_correct"], fe["f1"]) == (0.5, 0.5, 0.5)
+
+
+def test_no_threshold_leaves_the_aurocs(tmp_path, monkeypatch, smollm2_tokenizer, tiny_pum_factory, capsys):
+    _select_run(tmp_path)
+    pum = PrefixUtilityModel(tiny_pum_factory(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
+    monkeypatch.setattr(pum_oracle, "pum_scores", lambda _p, q, texts, labels: ([[math.nan] * len(x.steps)
+                                                                                for x in labels], [1.0] * len(texts)))
+    report = pum_oracle_agreement(tmp_path, pum, resamples=0, progress=False)
+    assert "no finite step score" in report["first_error"]["undefined"]
+    assert report["within_problem_auroc"]["pum_full"]["auroc"] == 0.5  # all tied
+    assert "first-error detection: undefined" in command.format_report(report)
 
 
 def test_the_command_scores_with_a_real_pum_and_writes_the_result(
@@ -114,7 +147,7 @@ def test_the_command_scores_with_a_real_pum_and_writes_the_result(
     printed = capsys.readouterr().out
     assert "first-error detection" in printed and "within-problem AUROC" in printed and str(out) in printed
     report = json.loads(out.read_text())
-    pum = PrefixUtilityModel.from_pretrained(str(pum_dir))
+    pum = PrefixUtilityModel.from_pretrained(str(pum_dir), batch_size=64)  # the command's batches
     texts = [t for row in rows for t in _texts(row["gold_steps"]).values()]
     questions = [row["question"] for row in rows for _ in range(3)]
     full = PUMReward(pum, mode="full")(completions=texts, question=questions)

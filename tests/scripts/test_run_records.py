@@ -137,6 +137,19 @@ def test_train_pum_metrics():
     }  # fmt: skip
     no_eval = {**summary, "heldout": {"after": None, "before": None, "length_baseline": None}, "log_history": []}
     assert train_pum.run_metrics(no_eval) == {"pum/train_loss": 0.6, "pum/steps": 12}  # nothing held out
+    versus = {"difference": 0.2, "interval": [0.05, 0.31], "n_problems": 7, "n_pairs": 40}
+    with_versus = {**summary, "heldout": {**summary["heldout"], "after": {**after, "vs_length": versus},
+                                          "length_baseline": {"accuracy": 0.55, "by_type": {}}}}
+    assert train_pum.run_metrics(with_versus)["pum/vs_length"] == 0.2
+    data = {"dataset": "d", "train": {"pairs_kept": 9, "pairs_in": 9, "truncated_sequences": 0,
+            "dropped_identical_after_truncation": 0}, "eval": {"pairs_kept": 40, "pairs_in": 40,
+            "truncated_sequences": 0, "dropped_identical_after_truncation": 0}, "train_problems": 3,
+            "eval_problems": 7}  # fmt: skip
+    printed = train_pum.format_summary(
+        {**with_versus, "model": "m", "lora": False, "world_size": 1, "data": data,
+         "train": {**summary["train"], "wall_time_s": 3.0}}, {}
+    )  # fmt: skip
+    assert "PUM after - longer wins: +0.200 [+0.050, +0.310] (paired, 95% bootstrap over 7 held-out problems)" in printed
 
 
 def test_build_pum_data_metrics():

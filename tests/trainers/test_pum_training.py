@@ -243,7 +243,9 @@ def test_versus_length_edge_cases():
     empty = datasets.Dataset.from_dict({"problem_id": [], "chosen_prefix_tokens": [], "rejected_prefix_tokens": []})
     assert versus_length([], empty) == {"difference": None, "interval": None, "n_problems": 0, "n_pairs": 0}
     one = datasets.Dataset.from_dict({"problem_id": ["a"], "chosen_prefix_tokens": [1], "rejected_prefix_tokens": [2]})
-    assert versus_length([1.0], one) == {"difference": 1.0, "interval": [1.0, 1.0], "n_problems": 1, "n_pairs": 1}
+    assert versus_length([1.0], one) == {"difference": 1.0, "interval": None, "n_problems": 1, "n_pairs": 1}
+    two = datasets.concatenate_datasets([one, one.map(lambda _: {"problem_id": "b"})])
+    assert versus_length([1.0, 0.0], two, resamples=0)["interval"] is None
     with pytest.raises(ValueError, match="1 credits for 2 pairs"):
         versus_length([1.0], datasets.concatenate_datasets([one, one]))
 
