@@ -132,7 +132,9 @@ COMMANDS = {
 # `procrl --help` lists the subcommands in these groups, in this order (every subcommand in exactly one)
 GROUPS = {
     "train": ("demo", "train-grpo", "build-pum-data", "train-pum", "sft"),
-    "evaluate": ("select", "beam", "pum-gain-check", "pum-oracle", "calibrate", "frs", "stepgap-eval", "world-eval", "nli"),
+    "evaluate": (
+        "select", "beam", "pum-gain-check", "pum-oracle", "calibrate", "frs", "stepgap-eval", "world-eval", "nli",
+    ),  # fmt: skip
     "experiments": ("sweep", "report"),
     "setup": ("model", "serve-retriever", "world"),
 }
