@@ -7,6 +7,12 @@ such a row is continued), at EOS, or after `max_step_tokens`; the finished beams
 with the highest U(x, prefix) are kept. A beam is finished when it ends with EOS, its last step states an answer
 (`extract_answer`), or it reached `max_new_tokens`. The search stops when every kept beam is finished or after
 `max_steps` rounds; the answer is the best finished beam by U (the best beam when none finished).
+
+With `versus` (a `procrl select` run with best-of-k curves on the same problems, `--ks` holding `versus_k`), the
+result also holds `versus`: the beam's per-problem correctness minus each of that run's methods (greedy, majority,
+the PUM, ...) at `versus_k` samples, paired over the problems both have, with a bootstrap 95% interval
+(`versus_select`). With `beams` · `expand` = `versus_k`, every round samples as many next steps per problem as
+best-of-`versus_k` samples whole solutions: the comparison at an equal sampling budget.
 """
 
 from __future__ import annotations
@@ -20,11 +26,13 @@ from typing import Literal
 from tqdm.auto import tqdm
 
 from procrl.evals.offline import OfflineConfig, accuracy, load_pum, load_setup, sampling_params
+from procrl.evals.selection import read_select_run
+from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_mean_interval, ratio
 from procrl.generation import RolloutEngine, SamplingParams, derive_seed
 from procrl.rewards.outcome import extract_answer, is_correct
 from procrl.rewards.steps import split_steps, token_steps
 
-__all__ = ["Beam", "BeamConfig", "run_beam", "sample_steps"]
+__all__ = ["Beam", "BeamConfig", "run_beam", "sample_steps", "select_curves", "versus_select"]
 
 
 @dataclass
@@ -42,6 +50,16 @@ class BeamConfig(OfflineConfig):
     max_steps: int = field(default=12, metadata={"help": "rounds of expansion at most"})
     max_step_tokens: int = field(default=128, metadata={"help": "token budget of one step"})
     output_dir: str = field(default="outputs/beam", metadata={"help": "where run.json and problems.jsonl go"})
+    versus: str | None = field(
+        default=None,
+        metadata={
+            "help": "a `procrl select` run (its --output-dir) with --ks on the same problems: paired differences of "
+            "the beam's accuracy against each of its methods at --versus-k samples"
+        },
+    )
+    versus_k: int = field(
+        default=16, metadata={"help": "the select run's k to compare with (beams x expand = k: an equal budget)"}
+    )
 
     def problems(self) -> list[str]:
         problems = super().problems()
@@ -54,6 +72,8 @@ class BeamConfig(OfflineConfig):
             problems.append(f"{', '.join(small)} must be >= 1 (e.g. --beams 4 --expand 4)")
         if not self.pum:
             problems.append("--pum PATH is needed: the beams are scored by a PUM (a train_pum.py output directory)")
+        if self.versus_k < 1:
+            problems.append(f"--versus-k ({self.versus_k}) must be >= 1")
         return problems
 
 
@@ -128,6 +148,7 @@ def run_beam(config: BeamConfig) -> dict:
     correctness, U score, token count, and the kept beams).
     """
     t0 = time.perf_counter()
+    curves = select_curves(config.versus, config.versus_k) if config.versus else None  # refused before the search
     s = load_setup(config)
     tok = s.tokenizer
     pum = load_pum(config)
@@ -203,4 +224,65 @@ def run_beam(config: BeamConfig) -> dict:
         "wall_time_s": {"total": time.perf_counter() - t0},
         "problems": records,
     }
+    if curves is not None:
+        result["versus"] = versus_select(records, curves, config.versus_k, seed=config.seed) | {
+            "select_dir": config.versus
+        }
     return result
+
+
+def select_curves(select_dir: str, k: int) -> dict:
+    """The best-of-k curves (`result["bestofn"]`) of the `procrl select` run in `select_dir`, checked to hold `k`.
+
+    Raises:
+        ValueError: not a readable select run, a run without curves (no --ks), or `k` not among its ks.
+    """
+    curves = read_select_run(select_dir).get("bestofn")
+    if not curves:
+        raise ValueError(f"--versus {select_dir}: the select run has no best-of-k curves; run it with --ks")
+    if k not in curves["settings"]["ks"]:
+        raise ValueError(f"--versus-k {k} is not among the select run's ks {curves['settings']['ks']}")
+    return curves
+
+
+def versus_select(
+    records: Sequence[dict], curves: dict, k: int, *, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+) -> dict:
+    """The beam's accuracy against each best-of-k method of a select run at `k`, paired over problems.
+
+    Args:
+        records: the beam's per-problem records (`problem_id`, `correct`: True/False, None for an unparseable gold).
+        curves: the select run's `bestofn_curves` result (`problem_ids`, `per_problem[method][str(k)]`: each
+            problem's expected accuracy of the method over its random k-subsets).
+        k: the select run's subset size.
+
+    Returns:
+        `{"k", "problems", "rows": {method: {"beam", "method", "diff", "ci_low", "ci_high"}}}` over the problems both
+        runs scored (accuracies in [0, 1]; the interval is the percentile bootstrap over those problems).
+
+    Raises:
+        ValueError: no problem in common.
+
+    >>> curves = {"problem_ids": ["a", "b"], "per_problem": {"majority": {"4": [1.0, 0.5]}}}
+    >>> r = versus_select([{"problem_id": "a", "correct": True}, {"problem_id": "b", "correct": False}], curves, 4)
+    >>> r["problems"], r["rows"]["majority"]["beam"], r["rows"]["majority"]["diff"]
+    (2, 0.5, -0.25)
+    """
+    beam = {str(r["problem_id"]): float(r["correct"]) for r in records if r.get("correct") is not None}
+    common = [i for i, pid in enumerate(curves["problem_ids"]) if str(pid) in beam]
+    if not common:
+        raise ValueError("the beam run and the select run have no scored problem in common (same --dataset slice?)")
+    ours = [beam[str(curves["problem_ids"][i])] for i in common]
+    rows = {}
+    for method, by_k in curves["per_problem"].items():
+        theirs = [by_k[str(k)][i] for i in common]
+        diffs = [a - b for a, b in zip(ours, theirs, strict=True)]
+        low, high = bootstrap_mean_interval(diffs, resamples=resamples, seed=seed) if resamples > 0 else (None, None)
+        rows[method] = {
+            "beam": ratio(sum(ours), len(ours)),
+            "method": ratio(sum(theirs), len(theirs)),
+            "diff": ratio(sum(diffs), len(diffs)),
+            "ci_low": low,
+            "ci_high": high,
+        }
+    return {"k": k, "problems": len(common), "rows": rows}

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from trl import TrlParser
 
-from procrl.evals.beam_search import BeamConfig, run_beam
+from procrl.evals.beam_search import BeamConfig, run_beam, select_curves
 from procrl.evals.offline import format_accuracy_table
+from procrl.evals.reporting import markdown_table
 from procrl.experiment.tracking import TrackingArguments, numeric_metrics, track_run
-from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit
+from procrl.scripts._common import EXIT_USAGE, HelpFormatter, configure_logging, parse_or_exit, usage_error
 
 
 def make_parser() -> TrlParser:
@@ -45,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     config, tracking = parsed
     configure_logging()
+    if config.versus:  # refused before the search, not after it
+        try:
+            select_curves(config.versus, config.versus_k)
+        except ValueError as error:
+            return usage_error("procrl beam", error)
     output_dir = Path(config.output_dir)
     with track_run(output_dir, command="beam", argv=argv, configs=parsed, report_to=tracking.report_to) as run:
         result = run_beam(config)
@@ -52,8 +58,22 @@ def main(argv: list[str] | None = None) -> int:
         run.result = result
         run.metrics = run_metrics(result)
     print(format_accuracy_table(result["results"]))
+    if "versus" in result:
+        print(format_versus(result["versus"]))
     print("\n".join(f"{role}: {path}" for role, path in {"run": run.path, **run.files}.items()))
     return 0
+
+
+def format_versus(versus: dict) -> str:
+    """The paired table of `--versus`: the beam against each method of the select run at k samples (points)."""
+    rows = [
+        [f"{method}@{versus['k']}", f"{100 * row['method']:.1f}", f"{100 * row['beam']:.1f}",
+         f"{100 * row['diff']:+.1f}" + ("" if row["ci_low"] is None else
+                                        f" [{100 * row['ci_low']:+.1f}, {100 * row['ci_high']:+.1f}]")]
+        for method, row in versus["rows"].items()
+    ]  # fmt: skip
+    title = f"beam against {versus['select_dir']} ({versus['problems']} problems in common; paired, points)"
+    return title + "\n" + markdown_table(["method", "its accuracy", "beam", "beam − method [95% CI]"], rows)
 
 
 def run_metrics(result: dict) -> dict[str, float]:

@@ -279,6 +279,29 @@ def test_beam_end_to_end(tiny_dirs, capsys):
     assert "beam B=2 k=2" in capsys.readouterr().out
 
 
+def test_beam_versus_a_select_run_pairs_the_same_problems(tiny_dirs, capsys):
+    policy, pum, root = tiny_dirs
+    sel, out = root / "select_curves", root / "beam_versus"
+    base = [*COMMON, "--model", str(policy), "--pum", str(pum), "--max-new-tokens", "8"]
+    assert main_select([*base, "--scorer", "pum,majority", "--n", "2", "--ks", "1,2", "--resamples", "20",
+                        "--greedy", "--output-dir", str(sel)]) == 0  # fmt: skip
+    beam = [*base, "--beams", "1", "--expand", "2", "--max-steps", "2", "--max-step-tokens", "4"]
+    assert main_beam([*beam, "--versus", str(sel), "--versus-k", "4"]) == 2  # refused before the search
+    assert "--versus-k 4 is not among the select run's ks [1, 2]" in capsys.readouterr().err
+    assert main_beam([*beam, "--versus", str(sel), "--versus-k", "2", "--output-dir", str(out)]) == 0
+    record, problems = read_run(out)
+    versus = record["result"]["versus"]
+    curves = json.loads((sel / "run.json").read_text())["result"]["bestofn"]
+    ours = {p["problem_id"]: float(p["correct"]) for p in problems}
+    assert versus["k"] == 2 and versus["problems"] == 2 and versus["select_dir"] == str(sel)
+    assert set(versus["rows"]) == set(curves["per_problem"]) >= {"greedy", "majority", "pum", "pass@k"}
+    for method, row in versus["rows"].items():
+        theirs = curves["per_problem"][method]["2"]
+        diffs = [ours[pid] - v for pid, v in zip(curves["problem_ids"], theirs, strict=True)]
+        assert row["diff"] == pytest.approx(sum(diffs) / 2) and row["ci_low"] <= row["diff"] <= row["ci_high"]
+    assert "beam against" in capsys.readouterr().out
+
+
 # ----------------------------------------------------------------------------------------------------------
 # --help and --config
 # ----------------------------------------------------------------------------------------------------------
