@@ -69,8 +69,10 @@ __all__ = [
     "PairAgreement",
     "gain_check",
     "gain_contrast",
+    "oracle_progress",
     "pair_agreement",
     "prefix_oracle_class",
+    "reference_accuracy",
 ]
 
 PREFIX_CLASSES = ("correct", "first_wrong", "after_wrong")
@@ -303,6 +305,62 @@ def pair_agreement(
     return PairAgreement(**result)
 
 
+def oracle_progress(prefix: str, question: str, gold: Sequence[GoldStep], *, at_step: bool) -> tuple[int, int]:
+    """The oracle's ranking key of a prefix: (1, its steps) without an error step, (0, index of its first error)
+    with one, compared as tuples: any error-free prefix ranks above any prefix with an error, more correct steps
+    rank higher, and a later first error ranks above an earlier one. A prefix cut inside a step (`at_step` False)
+    is labelled as truncated (a number at its very end is no step).
+
+    >>> from procrl.rewards.oracle import gold_steps_from_json
+    >>> gold = gold_steps_from_json('[[3,"+",5,8],[8,"+",4,12]]')
+    >>> [oracle_progress(p, "3 seeds, 5 more, 4 more", gold, at_step=True) for p in
+    ...  ["3 + 5 = 8.\\n\\n", "3 + 5 = 8.\\n\\n8 + 4 = 12.\\n\\n", "3 + 5 = 9.\\n\\n"]]
+    [(1, 1), (1, 2), (0, 0)]
+    """
+    labels = oracle_labels(prefix, question, gold, truncated=not at_step)
+    return (1, len(labels.steps)) if labels.first_error is None else (0, labels.first_error)
+
+
+def reference_accuracy(
+    credit: Sequence[float],
+    pair_types: Sequence[str],
+    problem_ids: Sequence[str],
+    *,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
+    """Pairwise accuracy of a reference ranking from per-pair credit (1: it prefers the chosen side, 1/2: a tie, 0),
+    per pair type and "all": `{kind: {"accuracy", "interval", "pairs"}}`, the interval a bootstrap over problems.
+
+    >>> reference_accuracy([1.0, 0.5, 0.0], ["vertical", "vertical", "horizontal"], ["a", "a", "b"], resamples=0)["all"]
+    {'accuracy': 0.5, 'interval': None, 'pairs': 3}
+    """
+    if not len(credit) == len(pair_types) == len(problem_ids):
+        raise ValueError("reference_accuracy: give one credit, pair type and problem id per pair")
+    units, n_units = _unit_index(problem_ids)
+    result = {}
+    for kind in ["all", *sorted(set(pair_types))]:
+        rows = [i for i in range(len(credit)) if kind in ("all", pair_types[i])]
+        sums = np.zeros((n_units, 2))
+        for i in rows:
+            sums[units[i]] += (credit[i], 1.0)
+
+        def share(idx: np.ndarray, sums=sums) -> float:
+            total = sums[idx].sum(axis=0)
+            return float(total[0] / total[1]) if total[1] else math.nan
+
+        result[kind] = {
+            "accuracy": share(np.arange(n_units)) if rows else None,
+            "interval": _interval(n_units, share, resamples, seed) if rows else None,
+            "pairs": len(rows),
+        }
+    return result
+
+
+def _credit(a, b) -> float:
+    return 1.0 if a > b else 0.5 if a == b else 0.0
+
+
 def _short_name(model: str) -> str:
     return Path(model.rstrip("/")).name or model
 
@@ -313,8 +371,11 @@ def gain_check(build_dir: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, s
     loads the problems again for their questions and gold steps, and returns
 
     `{"build_dir", "dataset", "problems", "prefixes", "classes": {rule: {class: count}}, "contrast": {rule: {value:
-    GainContrast dict}}, "pairs": {rule: PairAgreement dict}}`, where the values are "G" (the intrinsic utility),
-    "mean_g" (the students' mean raw gain) and "g/<student>" (each student's raw gain).
+    GainContrast dict}}, "pairs": {rule: PairAgreement dict}, "references": {"length", "oracle_progress":
+    reference_accuracy dicts, "oracle_progress_unmatched_pairs"}}`, where the values are "G" (the intrinsic
+    utility), "mean_g" (the students' mean raw gain) and "g/<student>" (each student's raw gain); the references
+    are the pairwise accuracies of "the longer prefix (in tokens) wins" and of `oracle_progress` on all the pairs
+    (what a PUM's held-out accuracy is read against: the baseline and a process-aware ranking).
 
     Raises:
         FileNotFoundError: a file of the build is missing.
@@ -363,6 +424,26 @@ def gain_check(build_dir: str | Path, *, resamples: int = BOOTSTRAP_RESAMPLES, s
         "contrast": {},
         "pairs": {},
     }
+    # what a ranking reaches on these very pairs: "the longer prefix wins" and the oracle's progress key
+    progress = {
+        (r["problem_id"], r["prefix"]): oracle_progress(r["prefix"], *problems[r["problem_id"]], at_step=r["at_step"])
+        for r in records
+    }
+    chosen_keys = [progress.get((p, t)) for p, t in zip(pairs["problem_id"], pairs["chosen"], strict=True)]
+    rejected_keys = [progress.get((p, t)) for p, t in zip(pairs["problem_id"], pairs["rejected"], strict=True)]
+    known = [i for i, (c, r) in enumerate(zip(chosen_keys, rejected_keys, strict=True)) if c and r]
+    types, ids = list(pairs["pair_type"]), list(pairs["problem_id"])
+    report["references"] = {
+        "length": reference_accuracy(
+            [_credit(c, r) for c, r in zip(pairs["chosen_tokens"], pairs["rejected_tokens"], strict=True)],
+            types, ids, resamples=resamples, seed=seed,
+        ),
+        "oracle_progress": reference_accuracy(
+            [_credit(chosen_keys[i], rejected_keys[i]) for i in known], [types[i] for i in known],
+            [ids[i] for i in known], resamples=resamples, seed=seed,
+        ),
+        "oracle_progress_unmatched_pairs": len(types) - len(known),
+    }  # fmt: skip
     for rule in WRONG_RULES:
         classes = [
             prefix_oracle_class(

@@ -8,7 +8,9 @@ Reads the build's stats.json, prefixes.jsonl and pairs.parquet (`procrl.evals.pu
 per wrong-step rule (error: the oracle's first_error; error_or_off_track: also a valid, grounded step with no gold
 result): per value (G, the students' mean raw gain, each student's raw gain) the mean of the correct, first-wrong and
 after-wrong prefixes with bootstrap 95% intervals over problems, their counts and the difference correct −
-first-wrong; then the pairs per type and the share of oracle-decided pairs whose chosen side is the correct one.
+first-wrong; then the pairs per type and the share of oracle-decided pairs whose chosen side is the correct one;
+then the pairwise accuracy on all pairs of "the longer prefix wins" and of the oracle's progress key (error-free
+prefixes above those with an error, then more correct steps or a later first error: `oracle_progress`).
 Writes everything to `<build_dir>/gain_check.json` (or `--out`).
 """
 
@@ -91,6 +93,21 @@ def format_report(report: dict) -> str:
             for kind, n in pairs["pairs"].items()
         ]
         lines += ["", markdown_table(["pair type", "pairs", "oracle-decided", "chosen = correct side"], pair_rows)]
+    refs = report.get("references")
+    if refs:
+        kinds = list(refs["length"])
+        lines += [
+            "",
+            "pairwise accuracy of two rankings on these pairs (what a PUM's held-out accuracy is read against)",
+            markdown_table(
+                ["ranking", *kinds],
+                [
+                    [name, *(_value(refs[name].get(k, {}).get("accuracy"), refs[name].get(k, {}).get("interval"),
+                                    ".3f") for k in kinds)]
+                    for name in ("length", "oracle_progress")
+                ],
+            ),  # fmt: skip
+        ]
     return "\n".join(lines)
 
 

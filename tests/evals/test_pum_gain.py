@@ -16,7 +16,8 @@ import pytest
 
 from procrl.data_builders import pum_math as pm
 from procrl.data_builders.arithmetic_tokenizer import arithmetic_tokenizer
-from procrl.evals.pum_gain import gain_check, gain_contrast, pair_agreement, prefix_oracle_class
+from procrl.data_builders.datasets import load_math_dataset
+from procrl.evals.pum_gain import gain_check, gain_contrast, oracle_progress, pair_agreement, prefix_oracle_class
 from procrl.generation import Rollout, RolloutEngine
 from procrl.rewards.oracle import gold_steps_from_json
 from procrl.scripts import pum_gain_check
@@ -242,6 +243,31 @@ def test_gain_check_on_the_build(build):
     agreement = report["pairs"]["error"]
     assert agreement["pairs"]["all"] == len(pairs) == sum(stats["pairs"].values())
     assert agreement["decided"]["all"] > 0 and agreement["agree"]["all"] == 1.0  # wrong prefixes never verify
+    # the references on the same pairs, by hand: length from the token counts; the oracle's key by hand-made ranks
+    # (an error-free prefix above any with an error, then more steps; a later first error above an earlier one)
+    refs = report["references"]
+    tokens = zip(pairs["chosen_tokens"], pairs["rejected_tokens"], strict=True)
+    length = [1.0 if c > r else 0.5 if c == r else 0.0 for c, r in tokens]
+    assert refs["length"]["all"]["accuracy"] == pytest.approx(sum(length) / len(length))
+    assert refs["length"]["all"]["pairs"] == len(pairs) and refs["oracle_progress_unmatched_pairs"] == 0
+    rank = {p: (1, p.count(" = ")) for p in correct} | {"4 - 2 = 3.\n\n": (0, 0), "9 + 3 = 12.\n\n12 + 6 = 19.\n\n": (0, 1),
+                                                         "4 - 2 = 3.\n\n3 + 6 = 9.\n\n": (0, 0)}  # fmt: skip
+    rows = {r["problem_id"]: r for r in load_math_dataset("arith-ops2-d1-train-n2", split="train", start=0, end=2,
+                                                          prompt_template="{question}")}  # fmt: skip
+    record = {(r["problem_id"], r["prefix"]): r for r in records}
+
+    def key(problem, prefix):
+        row = rows[problem]
+        return oracle_progress(prefix, row["question"], gold_steps_from_json(row["gold_steps"]),
+                               at_step=record[(problem, prefix)]["at_step"])  # fmt: skip
+
+    for problem, prefix in record:
+        if prefix in rank:
+            assert key(problem, prefix) == rank[prefix]
+    triples = zip(pairs["problem_id"], pairs["chosen"], pairs["rejected"], strict=True)
+    sides = [(key(p, c), key(p, r)) for p, c, r in triples]
+    by_hand = [1.0 if a > b else 0.5 if a == b else 0.0 for a, b in sides]
+    assert refs["oracle_progress"]["all"]["accuracy"] == pytest.approx(sum(by_hand) / len(by_hand))
 
 
 def test_gain_check_refuses_a_build_without_gold_steps_or_at_step(build, tmp_path):
@@ -271,6 +297,9 @@ def test_the_command_prints_the_tables_and_writes_the_result(build, tmp_path, ca
     printed = capsys.readouterr().out
     assert "wrong step = error;" in printed and "wrong step = error_or_off_track;" in printed
     assert "| G |" in printed and "| vertical |" in printed
+    refs = gain_check(out, resamples=0)["references"]
+    assert f"| oracle_progress | {refs['oracle_progress']['all']['accuracy']:.3f} |" in printed
+    assert f"| length | {refs['length']['all']['accuracy']:.3f} |" in printed
     assert json.loads(result.read_text())["classes"] == gain_check(out, resamples=0)["classes"]
     assert pum_gain_check.main([str(Path(out) / "nowhere")]) == 2
     assert "procrl pum-gain-check: error:" in capsys.readouterr().err
