@@ -232,6 +232,10 @@ pum_bestofn() {  # §2 with a PUM (PUM_MODEL): best-of-N on 32 samples, the PUM 
     --pum "$PUM_MODEL" --output-dir $sel
   OMP_NUM_THREADS=1 $PROCRL pum-oracle $sel --pum "$PUM_MODEL"
   keep pum_bestofn $sel/{table.md,curves.png,run.json,pum_oracle.json}
+  OMP_NUM_THREADS=1 $PROCRL beam --config configs/results/beam_arith_organism.yaml --model "$organism" \
+    --pum "$PUM_MODEL" --versus $sel
+  mkdir -p $DOCS/pum_bestofn/beam
+  cp $OUT/beam_arith_organism/run.json $DOCS/pum_bestofn/beam/
 }
 
 WORLD=data/world0
