@@ -214,11 +214,11 @@ frs_arith_grpo() {  # §4's second pairs: before vs after GRPO, and outcome-only
   done
 }
 
-pum_arith() {  # the build (rollouts on NPROC processes), the gain check, then both PUM recipes
+pum_arith() {  # the build (rollouts on NPROC processes), the gain check, then the three PUM recipes
   NPROC=${NPROC:-2} STAGES="build check" OUT=outputs/pum_math/arith_organism launch/pum_arith_organism.sh
   keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json}
   local recipe
-  for recipe in train_arith_organism train_arith_organism_lowlr; do
+  for recipe in train_arith_organism train_arith_organism_lowlr train_arith_organism_mid; do
     STAGES=train TRAIN=configs/pum/$recipe.yaml PUM_OUT=outputs/pum_${recipe#train_} launch/pum_arith_organism.sh
     mkdir -p $DOCS/pum_arith/${recipe#train_}
     cp outputs/pum_${recipe#train_}/{run.json,pum_config.json} $DOCS/pum_arith/${recipe#train_}/
