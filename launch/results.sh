@@ -12,7 +12,9 @@
 #   launch/results.sh frs_arith_grpo    # §4's second pairs (oracle judge): before/after GRPO, GRPO arms (after grpo*)
 #   launch/results.sh pum_arith     # §2: launch/pum_arith_organism.sh (PUM-Math from 3 students on 400 problems,
 #                                   # gain check, the two PUM recipes)
-#   launch/results.sh pum_bestofn   # §2 with PUM_MODEL: best-of-N at N <= 32 (procrl select), procrl pum-oracle
+#   launch/results.sh pum_oracle_arith  # §2, descriptive: procrl pum-oracle of PUM_MODEL on 32 samples x 400 problems
+#   launch/results.sh pum_bestofn   # §2 with PUM_MODEL: best-of-N at N <= 32 (procrl select), procrl pum-oracle,
+#                                   # beam search against best-of-16 (run once a PUM beats the length baseline)
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
@@ -225,6 +227,16 @@ pum_arith() {  # the build (rollouts on NPROC processes), the gain check, then t
   done
 }
 
+pum_oracle_arith() {  # §2, descriptive: PUM_MODEL against the step oracle on the organism's 32 samples per problem
+  local organism sel=$OUT/select_arith_organism_pum
+  organism=$(sft_checkpoint configs/demo/sft_organism.yaml)
+  # the samples and the baselines' scores (no PUM scorer: best-of-N with a PUM waits for one that beats length)
+  OMP_NUM_THREADS=1 $PROCRL select --config configs/results/select_arith_organism_pum.yaml --model "$organism" \
+    --scorer majority,random,picsar --ks "" --contrasts "" --output-dir $sel
+  OMP_NUM_THREADS=1 $PROCRL pum-oracle $sel --pum "$PUM_MODEL" --out $OUT/pum_oracle_arith/$(basename "$PUM_MODEL").json
+  keep pum_arith/oracle $OUT/pum_oracle_arith/$(basename "$PUM_MODEL").json
+}
+
 pum_bestofn() {  # §2 with a PUM (PUM_MODEL): best-of-N on 32 samples, the PUM against the oracle, beam search
   local organism sel=$OUT/select_arith_organism_pum
   organism=$(sft_checkpoint configs/demo/sft_organism.yaml)
@@ -285,6 +297,7 @@ world_verifier() {
 
 case "${1:-}" in
   bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|pum_bestofn|grpo) "$1" ;;
+  pum_oracle_arith) "$1" ;;
   grpo_corrupted) "$1" ;;
   world_policy|world_nli|world_verifier) "$1" ;;
   all) bestofn; frs; stepgap ;;
