@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import sys
 import tempfile
@@ -60,6 +61,15 @@ def configure_logging() -> None:
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt=LOG_DATE_FORMAT)
     for name in QUIET_LOGGERS:  # one INFO line per HTTP request (httpx2/_client.py:105): hundreds per judged run
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def write_and_print(result: dict, out: str | Path, text: str) -> None:
+    """Write `result` as indented JSON to `out` (its folder made), then print `text` and the file's path."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(text)
+    print(f"\nresult: {out}")
 
 
 def usage_error(prog: str, message: object) -> int:

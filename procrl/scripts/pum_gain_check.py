@@ -16,7 +16,6 @@ Writes everything to `<build_dir>/gain_check.json` (or `--out`).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from procrl.scripts._common import (
     configure_logging,
     parse_or_exit,
     usage_error,
+    write_and_print,
 )
 
 __all__ = ["GainCheckArguments", "format_report", "main", "make_parser"]
@@ -123,11 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         report = gain_check(args.build_dir, resamples=args.resamples, seed=args.seed)
     except (FileNotFoundError, ValueError) as error:
         return usage_error(PROG, error)
-    out = Path(args.out) if args.out else Path(args.build_dir) / RESULT_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(format_report(report))
-    print(f"\nresult: {out}")
+    write_and_print(report, args.out or Path(args.build_dir) / RESULT_FILE, format_report(report))
     return 0
 
 

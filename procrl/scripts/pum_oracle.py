@@ -11,7 +11,6 @@ writes the result to `<select_dir>/pum_oracle.json` (or `--out`).
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from procrl.scripts._common import (
     configure_logging,
     parse_or_exit,
     usage_error,
+    write_and_print,
 )
 
 __all__ = ["PUMOracleArguments", "format_report", "main", "make_parser"]
@@ -142,11 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
     except (FileNotFoundError, OSError, ValueError) as error:
         return usage_error(PROG, error)
-    out = Path(args.out) if args.out else Path(args.select_dir) / RESULT_FILE
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(format_report(report))
-    print(f"\nresult: {out}")
+    write_and_print(report, args.out or Path(args.select_dir) / RESULT_FILE, format_report(report))
     return 0
 
 
