@@ -216,7 +216,7 @@ frs_arith_grpo() {  # §4's second pairs: before vs after GRPO, and outcome-only
   done
 }
 
-pum_arith() {  # the build (rollouts on NPROC processes), the gain check, then the three PUM recipes
+pum_arith() {  # the build (rollouts on NPROC processes), the gain check, the three PUM recipes, the wide backbone
   NPROC=${NPROC:-2} STAGES="build check" OUT=outputs/pum_math/arith_organism launch/pum_arith_organism.sh
   keep pum_arith outputs/pum_math/arith_organism/{gain_check.json,gains.png,stats.json}
   local recipe
@@ -225,6 +225,13 @@ pum_arith() {  # the build (rollouts on NPROC processes), the gain check, then t
     mkdir -p $DOCS/pum_arith/${recipe#train_}
     cp outputs/pum_${recipe#train_}/{run.json,pum_config.json} $DOCS/pum_arith/${recipe#train_}/
   done
+  # the third amendment: recipe 2 on a wider organism's backbone (its SFT ~21 min here)
+  local wide
+  wide=$(sft_checkpoint configs/sft/organism_wide.yaml)
+  "${PY:-.venv/bin/python}" train_pum.py --config configs/pum/train_arith_organism_wide.yaml --model_name_or_path "$wide" \
+    --dataset_name outputs/pum_math/arith_organism/dataset
+  mkdir -p $DOCS/pum_arith/arith_organism_wide
+  cp outputs/pum_arith_organism_wide/{run.json,pum_config.json} $DOCS/pum_arith/arith_organism_wide/
 }
 
 pum_oracle_arith() {  # §2, descriptive: PUM_MODEL against the step oracle on the organism's 32 samples per problem
