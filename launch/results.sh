@@ -310,5 +310,5 @@ case "${1:-}" in
   all) bestofn; frs; stepgap ;;
   arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; pum_bestofn; grpo; grpo_corrupted; frs_arith_grpo ;;
   world) world_policy; world_nli; world_verifier ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted|arith|world_policy|world_nli|world_verifier|world" >&2; exit 2 ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|pum_oracle_arith|pum_bestofn|grpo|grpo_corrupted|arith|world_policy|world_nli|world_verifier|world" >&2; exit 2 ;;
 esac

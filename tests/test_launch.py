@@ -142,8 +142,8 @@ def test_results_script_names_its_sections():
     done = subprocess.run(["bash", str(ROOT / "launch" / "results.sh"), "nope"], capture_output=True, text=True)
     assert (
         done.returncode == 2
-        and "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|grpo|grpo_corrupted|arith"
-        in done.stderr
+        and "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|"
+        "pum_oracle_arith|pum_bestofn|grpo|grpo_corrupted|arith" in done.stderr
     )
     from procrl.scripts.select import make_parser
 
