@@ -18,6 +18,8 @@
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
+#   launch/results.sh grpo_pum_corrupted  # §3's PUM arms (PUM_MODEL) x seeds 0-2 from the corrupted-step organism,
+#                                   # with outcome only; ARMS="a b" runs some arms, REPORT=0 skips the report
 #   launch/results.sh arith         # the issue 28 sections above, in this order
 # Issue 29's StepGap in the synthetic world (docs/results/README.md, "StepGap where the gaps are known"):
 #   launch/results.sh world_policy    # data/world0 + its tokenizer, the world policies (SFT, cached: WORLD_POLICIES),
@@ -126,6 +128,26 @@ grpo_corrupted() {  # §3's oracle arms from the corrupted-step organism (pre-re
     --output-dir $OUT/process_rewards_organism_corrupted \
     --title "Process rewards in GRPO from the corrupted-step organism (issue 28 §3)"
   keep process_rewards_organism_corrupted $OUT/process_rewards_organism_corrupted/{report.md,curves.png}
+  return $status
+}
+
+grpo_pum_corrupted() {  # §3's PUM arms from the corrupted-step organism (§2's fourth amendment; decided on ProcessAcc)
+  # one sweep folder per arm (ARMS, in the pre-registered order), so two shells can run different ARMS side by side;
+  # REPORT=0 skips the report (the other shell writes it)
+  local root=outputs/sweeps/pum_corrupted corrupted arm status=0 dirs=()
+  corrupted=$(sft_checkpoint configs/sft/organism_corrupted.yaml)
+  for arm in ${ARMS:-outcome pum_mixed pum_shuffled pum_anchored pum_process}; do
+    local sweep=configs/sweeps/process_rewards_organism_pum.yaml extra=("pum_model=$PUM_MODEL")
+    [ "$arm" = outcome ] && { sweep=configs/sweeps/process_rewards_organism.yaml; extra=(); }
+    launch/sweep.sh $sweep --output-dir $root/$arm \
+      --set "model_name_or_path=$corrupted" "config=configs/grpo/arith_organism_$arm.yaml" "${extra[@]}" || status=$?
+  done
+  [ "${REPORT:-1}" = 0 ] && return $status
+  for arm in outcome pum_mixed pum_shuffled pum_anchored pum_process; do [ -d $root/$arm ] && dirs+=($root/$arm); done
+  $PROCRL report "${dirs[@]}" --reference outcome --placebo pum_shuffled --stable pum_process --decide-on process \
+    --output-dir $OUT/process_rewards_organism_corrupted_pum \
+    --title "PUM rewards in GRPO from the corrupted-step organism (issue 28 §3)"
+  keep process_rewards_organism_corrupted_pum $OUT/process_rewards_organism_corrupted_pum/{report.md,curves.png}
   return $status
 }
 
@@ -305,10 +327,10 @@ world_verifier() {
 case "${1:-}" in
   bestofn|frs|stepgap|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|pum_bestofn|grpo) "$1" ;;
   pum_oracle_arith) "$1" ;;
-  grpo_corrupted) "$1" ;;
+  grpo_corrupted|grpo_pum_corrupted) "$1" ;;
   world_policy|world_nli|world_verifier) "$1" ;;
   all) bestofn; frs; stepgap ;;
-  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; pum_bestofn; grpo; grpo_corrupted; frs_arith_grpo ;;
+  arith) picsar_arith; frs_arith; frs_arith_judges; pum_arith; pum_bestofn; grpo; grpo_corrupted; grpo_pum_corrupted; frs_arith_grpo ;;
   world) world_policy; world_nli; world_verifier ;;
-  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|pum_oracle_arith|pum_bestofn|grpo|grpo_corrupted|arith|world_policy|world_nli|world_verifier|world" >&2; exit 2 ;;
+  *) echo "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|pum_oracle_arith|pum_bestofn|grpo|grpo_corrupted|grpo_pum_corrupted|arith|world_policy|world_nli|world_verifier|world" >&2; exit 2 ;;
 esac

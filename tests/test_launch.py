@@ -143,7 +143,7 @@ def test_results_script_names_its_sections():
     assert (
         done.returncode == 2
         and "usage: launch/results.sh bestofn|frs|stepgap|all|picsar_arith|frs_arith|frs_arith_judges|frs_arith_grpo|pum_arith|"
-        "pum_oracle_arith|pum_bestofn|grpo|grpo_corrupted|arith" in done.stderr
+        "pum_oracle_arith|pum_bestofn|grpo|grpo_corrupted|grpo_pum_corrupted|arith" in done.stderr
     )
     from procrl.scripts.select import make_parser
 
