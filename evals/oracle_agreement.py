@@ -365,7 +365,12 @@ def step_auroc(
 
 
 def pum_scores(
-    pum: PrefixUtilityModel, questions: Sequence[str], completions: Sequence[str], labels: Sequence[OracleLabels]
+    pum: PrefixUtilityModel,
+    questions: Sequence[str],
+    completions: Sequence[str],
+    labels: Sequence[OracleLabels],
+    *,
+    include_empty: bool = False,
 ) -> tuple[list[list[float]], list[float | None]]:
     """A PUM's scores on the oracle's units: per completion, U(x, pieces 0..k) for each step k (`step_units`, one
     forward pass per completion, `PrefixUtilityModel.score_steps`; NaN for a step whose end lies beyond the PUM's
@@ -377,6 +382,8 @@ def pum_scores(
         questions: each completion's problem text (the `question` column the PUM was trained on).
         completions: the completion texts the labels were computed on.
         labels: the oracle's labels of each completion.
+        include_empty: also U(x, empty prefix) in front of each row with steps (k + 1 values for k steps), from which
+            the step increments U_k - U_{k-1} follow (the mixed-mode process reward).
 
     Returns:
         (step_scores, completion_scores): inputs of `first_error_detection` / `step_auroc` and of
@@ -391,7 +398,9 @@ def pum_scores(
     with_steps = [i for i, u in enumerate(units) if u]
     step_scores: list[list[float]] = [[] for _ in completions]
     if with_steps:
-        rows = pum.score_steps([questions[i] for i in with_steps], [units[i] for i in with_steps])
+        rows = pum.score_steps(
+            [questions[i] for i in with_steps], [units[i] for i in with_steps], include_empty=include_empty
+        )
         for i, row in zip(with_steps, rows, strict=True):
             step_scores[i] = [float(v) for v in row]
     completion_scores = PUMReward(pum, mode="full")(completions=list(completions), question=list(questions))

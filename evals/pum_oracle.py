@@ -23,7 +23,8 @@ other scores.
    completion's length in tokens ("num_tokens": longer ranks higher), so the PUM is read beside the baselines on
    the same completions;
 6. step AUROC of the PUM's per-step utilities: valid steps against invalid ones, and steps without error against
-   error steps (`step_auroc`).
+   error steps (`step_auroc`); the same of the step increments U(x, p_k) - U(x, p_{k-1}) (p_{-1} the empty prefix),
+   the step rewards of mixed-mode GRPO, which do not grow with the step's position as utilities may.
 
 Intervals are percentile-bootstrap 95% over problems (`procrl.evals.stats`).
 """
@@ -33,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict
+from itertools import pairwise
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -147,7 +149,8 @@ def pum_oracle_agreement(
         `first_error` (`FirstErrorDetection` as a dict, threshold 0 on the shifted scores, plus `thresholds` per
         fold; `{"undefined": reason}` when no threshold can be chosen), `within_problem_auroc` (scorer ->
         `WithinProblemAUROC` as a dict; "pum_full" is this PUM's U(x, y), "num_tokens" the token count),
-        `step_auroc` (valid and no_error positives).
+        `step_auroc` (valid and no_error positives) of the utilities, `step_auroc_increments` the same of the
+        increments.
 
     Raises:
         ValueError: an unreadable select run, or problems without gold steps.
@@ -158,12 +161,14 @@ def pum_oracle_agreement(
     problem_ids, questions, texts, labels = label_candidates(run, rows)
     logger.info("pum-oracle: %d completions of %d problems labelled", len(texts), len(run["problems"]))
     chunks = range(0, len(texts), 512)
-    step_scores: list[list[float]] = []
+    step_scores: list[list[float]] = []  # U(x, pieces 0..k) per step k
+    increments: list[list[float]] = []  # U(x, pieces 0..k) - U(x, pieces 0..k-1), the empty prefix before step 0
     full: list[float | None] = []
     for start in tqdm(chunks, desc="PUM scores", disable=not progress):
         part = slice(start, start + 512)
-        steps, whole = pum_scores(pum, questions[part], texts[part], labels[part])
-        step_scores += steps
+        steps, whole = pum_scores(pum, questions[part], texts[part], labels[part], include_empty=True)
+        step_scores += [row[1:] for row in steps]
+        increments += [[after - before for before, after in pairwise(row)] for row in steps]
         full += whole
     try:
         shifted, thresholds = crossfit_shift(step_scores, labels, problem_ids, folds)
@@ -171,9 +176,7 @@ def pum_oracle_agreement(
         logger.warning("pum-oracle: no first-error detection: %s", error)
         first_error = {"undefined": str(error), "folds": folds}
     else:
-        detection = first_error_detection(
-            shifted, labels, 0.0, problem_ids=problem_ids, resamples=resamples, seed=seed
-        )
+        detection = first_error_detection(shifted, labels, 0.0, problem_ids=problem_ids, resamples=resamples, seed=seed)
         first_error = {**asdict(detection), "thresholds": thresholds, "folds": folds}
 
     candidates = [c for problem in run["problems"] for c in problem["candidates"]]
@@ -185,11 +188,14 @@ def pum_oracle_agreement(
         name: asdict(within_problem_auroc(values, labels, problem_ids, resamples=resamples, seed=seed))
         for name, values in columns.items()
     }
-    steps_auroc = {
-        positive: asdict(step_auroc(step_scores, labels, positive=positive, problem_ids=problem_ids,
-                                    resamples=resamples, seed=seed))
-        for positive in ("valid", "no_error")
-    }  # fmt: skip
+    steps_auroc, increments_auroc = (
+        {
+            positive: asdict(step_auroc(scores, labels, positive=positive, problem_ids=problem_ids,
+                                        resamples=resamples, seed=seed))
+            for positive in ("valid", "no_error")
+        }
+        for scores in (step_scores, increments)
+    )  # fmt: skip
     with_steps = [label for label in labels if label.steps]
     return {
         "select_dir": str(select_dir),
@@ -205,4 +211,5 @@ def pum_oracle_agreement(
         "first_error": first_error,
         "within_problem_auroc": within,
         "step_auroc": steps_auroc,
+        "step_auroc_increments": increments_auroc,
     }

@@ -98,8 +98,10 @@ def format_report(report: dict) -> str:
             f"first-error detection (threshold cross-fitted over {fe['folds']} folds: {thresholds})",
             markdown_table(
                 ["F1", "acc (with an error step)", "acc (no error step)", "with an error step", "no error step"],
-                [[_value(fe[k], fe["intervals"].get(k)) for k in ("f1", "acc_erroneous", "acc_correct")]
-                 + [fe["n_erroneous"], fe["n_correct"]]],
+                [
+                    [_value(fe[k], fe["intervals"].get(k)) for k in ("f1", "acc_erroneous", "acc_correct")]
+                    + [fe["n_erroneous"], fe["n_correct"]]
+                ],
             ),  # fmt: skip
             "",
         ]
@@ -113,12 +115,13 @@ def format_report(report: dict) -> str:
             ],
         ),
         "",
-        "step AUROC of the PUM's prefix utilities",
+        "step AUROC of the PUM's prefix utilities U_k and of its step increments U_k - U_{k-1}",
         markdown_table(
-            ["positive steps", "AUROC", "positive", "negative"],
+            ["step score", "positive steps", "AUROC", "positive", "negative"],
             [
-                [name, _value(row["auroc"], row["interval"]), row["n_positive"], row["n_negative"]]
-                for name, row in report["step_auroc"].items()
+                [score, name, _value(row["auroc"], row["interval"]), row["n_positive"], row["n_negative"]]
+                for score, key in (("utility", "step_auroc"), ("increment", "step_auroc_increments"))
+                for name, row in report.get(key, {}).items()
             ],
         ),
     ]

@@ -221,6 +221,11 @@ def test_pum_scores_read_the_prefix_utility_after_each_oracle_step(pum):
             assert value == pytest.approx(pum.score([QUESTION], [units[: k + 1]])[0], abs=1e-4)
     expected = PUMReward(pum, mode="full")(completions=texts, question=[QUESTION] * 3)
     assert completion_scores == pytest.approx(expected) and all(s is not None for s in completion_scores)
+    with_empty, _ = pum_scores(pum, [QUESTION] * 3, texts, labels, include_empty=True)
+    assert [len(s) for s in with_empty] == [3, 3, 0]  # U(x, empty prefix) in front of rows with steps
+    for row, scores in zip(with_empty[:2], step_scores[:2], strict=True):
+        assert row[0] == pytest.approx(pum.score([QUESTION], [[]])[0], abs=1e-4)
+        assert row[1:] == pytest.approx(scores, abs=1e-5)
     with pytest.raises(ValueError, match="3 questions, 2 completions"):
         pum_scores(pum, [QUESTION] * 3, texts[:2], labels)
 

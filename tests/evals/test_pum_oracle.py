@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 
 import pytest
 
@@ -82,8 +83,9 @@ def test_agreement_with_designed_step_scores(tmp_path, monkeypatch, smollm2_toke
     rows = _select_run(tmp_path)
     pum = PrefixUtilityModel(tiny_pum_factory(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
 
-    def designed(_pum, questions, texts, labels):  # +1 for a step without error, -1 for an error step
-        steps = [[1.0 if not s.is_error else -1.0 for s in label.steps] for label in labels]
+    def designed(_pum, questions, texts, labels, include_empty):  # +1 for a step without error, -1 for an error step
+        assert include_empty  # U(x, empty prefix) in front: 0 here
+        steps = [[0.0] * bool(label.steps) + [1.0 if not s.is_error else -1.0 for s in label.steps] for label in labels]
         return steps, [float(len(t)) for t in texts]
 
     monkeypatch.setattr(pum_oracle, "pum_scores", designed)
@@ -101,6 +103,18 @@ def test_agreement_with_designed_step_scores(tmp_path, monkeypatch, smollm2_toke
     # length: the right trace (20) is below the wrong one (22) and above the step-less one (5): 1/2 per problem
     assert within["num_tokens"]["auroc"] == pytest.approx(0.5) and within["num_tokens"]["n_problems"] == n
     assert report["step_auroc"]["no_error"]["auroc"] == 1.0
+    # increments U_k - U_{k-1} (0 before step 0), against the oracle's no-error steps, by pairwise count
+    _, _, _, labels = label_candidates(pum_oracle.read_select_run(tmp_path), rows)
+    good, bad = [], []
+    for label in labels:
+        utilities = [0.0] + [1.0 if not s.is_error else -1.0 for s in label.steps]
+        for step, (before, after) in zip(label.steps, pairwise(utilities), strict=True):
+            (bad if step.is_error else good).append(after - before)
+    wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
+    increments = report["step_auroc_increments"]["no_error"]
+    assert (increments["n_positive"], increments["n_negative"]) == (len(good), len(bad))
+    assert increments["auroc"] == pytest.approx(wins / (len(good) * len(bad)))
+    assert "increment" in command.format_report(report)
 
 
 def test_each_fold_is_flagged_at_the_other_folds_threshold(tmp_path, monkeypatch, smollm2_tokenizer, tiny_pum_factory):
@@ -109,8 +123,9 @@ def test_each_fold_is_flagged_at_the_other_folds_threshold(tmp_path, monkeypatch
     offset = {row["problem_id"]: 10.0 * (i % 2) for i, row in enumerate(rows)}
     question_to_id = {row["question"]: row["problem_id"] for row in rows}
 
-    def designed(_pum, questions, texts, labels):  # +-1 as above, shifted by 10 in fold 1
-        steps = [[(1.0 if not s.is_error else -1.0) + offset[question_to_id[q]] for s in label.steps]
+    def designed(_pum, questions, texts, labels, include_empty):  # +-1 as above, shifted by 10 in fold 1
+        steps = [[0.0] * bool(label.steps) + [(1.0 if not s.is_error else -1.0) + offset[question_to_id[q]]
+                                              for s in label.steps]
                  for q, label in zip(questions, labels, strict=True)]  # fmt: skip
         return steps, [0.0] * len(texts)
 
@@ -125,8 +140,14 @@ def test_each_fold_is_flagged_at_the_other_folds_threshold(tmp_path, monkeypatch
 def test_no_threshold_leaves_the_aurocs(tmp_path, monkeypatch, smollm2_tokenizer, tiny_pum_factory, capsys):
     _select_run(tmp_path)
     pum = PrefixUtilityModel(tiny_pum_factory(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
-    monkeypatch.setattr(pum_oracle, "pum_scores", lambda _p, q, texts, labels: ([[math.nan] * len(x.steps)
-                                                                                for x in labels], [1.0] * len(texts)))
+    monkeypatch.setattr(
+        pum_oracle,
+        "pum_scores",
+        lambda _p, q, texts, labels, include_empty: (
+            [[math.nan] * (len(x.steps) + bool(x.steps)) for x in labels],
+            [1.0] * len(texts),
+        ),
+    )
     report = pum_oracle_agreement(tmp_path, pum, resamples=0, progress=False)
     assert "no finite step score" in report["first_error"]["undefined"]
     assert report["within_problem_auroc"]["pum_full"]["auroc"] == 0.5  # all tied
