@@ -14,7 +14,7 @@
 #                                   # gain check, the two PUM recipes)
 #   launch/results.sh pum_oracle_arith  # §2, descriptive: procrl pum-oracle of PUM_MODEL on 32 samples x 400 problems
 #   launch/results.sh pum_bestofn   # §2 with PUM_MODEL: best-of-N at N <= 32 (procrl select), procrl pum-oracle,
-#                                   # beam search against best-of-16 (run once a PUM beats the length baseline)
+#                                   # beam search against best-of-16 (docs/results/pum_arith/{bestofn,beam})
 #   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
 #                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
@@ -272,11 +272,10 @@ pum_bestofn() {  # §2 with a PUM (PUM_MODEL): best-of-N on 32 samples, the PUM 
   OMP_NUM_THREADS=1 $PROCRL select --config configs/results/select_arith_organism_pum.yaml --model "$organism" \
     --pum "$PUM_MODEL" --output-dir $sel
   OMP_NUM_THREADS=1 $PROCRL pum-oracle $sel --pum "$PUM_MODEL"
-  keep pum_bestofn $sel/{table.md,curves.png,run.json,pum_oracle.json}
+  keep pum_arith/bestofn $sel/{table.md,curves.png,run.json,pum_oracle.json}
   OMP_NUM_THREADS=1 $PROCRL beam --config configs/results/beam_arith_organism.yaml --model "$organism" \
     --pum "$PUM_MODEL" --versus $sel
-  mkdir -p $DOCS/pum_bestofn/beam
-  cp $OUT/beam_arith_organism/run.json $DOCS/pum_bestofn/beam/
+  keep pum_arith/beam $OUT/beam_arith_organism/run.json
 }
 
 WORLD=data/world0
