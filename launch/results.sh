@@ -15,8 +15,8 @@
 #   launch/results.sh pum_oracle_arith  # §2, descriptive: procrl pum-oracle of PUM_MODEL on 32 samples x 400 problems
 #   launch/results.sh pum_bestofn   # §2 with PUM_MODEL: best-of-N at N <= 32 (procrl select), procrl pum-oracle,
 #                                   # beam search against best-of-16 (docs/results/pum_arith/{bestofn,beam})
-#   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism{,_pum}.yaml;
-#                                   # resumable), then the paired report (PUM_MODEL=<organism PUM> adds the PUM arms)
+#   launch/results.sh grpo          # §3: GRPO arms x seeds 0-2 (configs/sweeps/process_rewards_organism.yaml;
+#                                   # resumable), then the paired report (PUM_CLEAN=1 adds the PUM arms, PUM_MODEL)
 #   launch/results.sh grpo_corrupted  # §3's oracle arms x seeds 0-2 from the corrupted-step organism (ProcessAcc)
 #   launch/results.sh grpo_pum_corrupted  # §3's PUM arms (PUM_MODEL) x seeds 0-2 from the corrupted-step organism,
 #                                   # with outcome only; ARMS="a b" runs some arms, REPORT=0 skips the report
@@ -42,7 +42,7 @@ DOCS=docs/results
 POLICIES=${POLICIES:-"smollm2=default"}   # name=model (procrl's model names), space-separated
 DECOUPLED=${DECOUPLED:-0}                 # 1: also PiCSAR with the other model as the answer evaluator
 FRS_JUDGES=${FRS_JUDGES:-local}           # judges of the SVAMP FRS runs (GSM8K: always both embedded judges)
-PUM_MODEL=${PUM_MODEL:-outputs/pum_arith_organism}  # grpo (launch/pum_arith_organism.sh writes it): a PUM trained on the organism; the PUM arms run when it exists
+PUM_MODEL=${PUM_MODEL:-outputs/pum_arith_organism}  # the organism PUM (launch/pum_arith_organism.sh writes it) of pum_bestofn, grpo_pum_corrupted
 
 other_of() { if [ "$1" = default ]; then echo gemma3-270m; else echo default; fi; }
 name_of() { if [ "$1" = default ]; then echo smollm2; else echo "$1"; fi; }
@@ -104,14 +104,16 @@ grpo() {  # the organism's SFT checkpoint comes from the cache, as a fixed sweep
   local organism status=0 placebo=oracle_shuffled sweeps=(outputs/sweeps/process_rewards_organism) stable=()
   organism=$(sft_checkpoint configs/demo/sft_organism.yaml)
   launch/sweep.sh configs/sweeps/process_rewards_organism.yaml --set "model_name_or_path=$organism" || status=$?
-  if [ -e "$PUM_MODEL" ]; then
+  # the PUM arms moved to the corrupted-step start (grpo_pum_corrupted, §2's fourth amendment); PUM_CLEAN=1 adds them
+  # here too, from the clean start
+  if [ "${PUM_CLEAN:-0}" = 1 ] && [ -e "$PUM_MODEL" ]; then
     launch/sweep.sh configs/sweeps/process_rewards_organism_pum.yaml \
       --set "model_name_or_path=$organism" "pum_model=$PUM_MODEL" || status=$?
     sweeps+=(outputs/sweeps/process_rewards_organism_pum)
     placebo="$placebo,pum_anchored=pum_shuffled,pum_mixed=pum_shuffled"
     stable=(--stable pum_process)  # process-only: judged by its own after - before and the alarm (pre-registered)
   else
-    echo "grpo: no organism PUM at $PUM_MODEL (set PUM_MODEL): the PUM arms are left out" >&2
+    echo "grpo: the oracle arms only (the PUM arms: grpo_pum_corrupted, or PUM_CLEAN=1 with PUM_MODEL)" >&2
   fi
   # a failed variant is recorded and left out of the means; the report still runs, the exit status says it
   $PROCRL report "${sweeps[@]}" --reference outcome --placebo "$placebo" "${stable[@]}" --output-dir $OUT/process_rewards_organism \
