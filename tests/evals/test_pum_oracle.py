@@ -84,8 +84,10 @@ def test_agreement_with_designed_step_scores(tmp_path, monkeypatch, smollm2_toke
     pum = PrefixUtilityModel(tiny_pum_factory(len(smollm2_tokenizer)), smollm2_tokenizer, max_length=1024)
 
     def designed(_pum, questions, texts, labels, include_empty):  # +1 for a step without error, -1 for an error step
-        assert include_empty  # U(x, empty prefix) in front: 0 here
-        steps = [[0.0] * bool(label.steps) + [1.0 if not s.is_error else -1.0 for s in label.steps] for label in labels]
+        assert include_empty  # U(x, empty prefix) in front: -1.5 here (so step 0's increment ranks differently)
+        steps = [
+            [-1.5] * bool(label.steps) + [1.0 if not s.is_error else -1.0 for s in label.steps] for label in labels
+        ]
         return steps, [float(len(t)) for t in texts]
 
     monkeypatch.setattr(pum_oracle, "pum_scores", designed)
@@ -103,11 +105,11 @@ def test_agreement_with_designed_step_scores(tmp_path, monkeypatch, smollm2_toke
     # length: the right trace (20) is below the wrong one (22) and above the step-less one (5): 1/2 per problem
     assert within["num_tokens"]["auroc"] == pytest.approx(0.5) and within["num_tokens"]["n_problems"] == n
     assert report["step_auroc"]["no_error"]["auroc"] == 1.0
-    # increments U_k - U_{k-1} (0 before step 0), against the oracle's no-error steps, by pairwise count
+    # increments U_k - U_{k-1} (-1.5 before step 0), against the oracle's no-error steps, by pairwise count
     _, _, _, labels = label_candidates(pum_oracle.read_select_run(tmp_path), rows)
     good, bad = [], []
     for label in labels:
-        utilities = [0.0] + [1.0 if not s.is_error else -1.0 for s in label.steps]
+        utilities = [-1.5] + [1.0 if not s.is_error else -1.0 for s in label.steps]
         for step, (before, after) in zip(label.steps, pairwise(utilities), strict=True):
             (bad if step.is_error else good).append(after - before)
     wins = sum((g > b) + 0.5 * (g == b) for g in good for b in bad)
