@@ -22,7 +22,10 @@ seeds, which the seeds' own differences show.
 **Decision** (`decide`): an arm is "supported" only when its pooled accuracy interval against the reference AND
 against its placebo both lie above 0 (low end > 0) — or its ProcessAcc intervals, with `decide_on="process"`
 (issue 28 §3 from the corrupted-step warm start, whose deficit is in its steps); "not supported" otherwise; undecided ("no placebo arm", "no
-finished run") when either comparison is missing. The reference is "reference", a placebo arm "placebo".
+finished run") when either comparison is missing. The reference is "reference", a placebo arm "placebo". With a
+pre-registered `margin` m > 0 ("if outcome only comes within 0.03 of the arm, not supported"), an arm whose pooled
+difference against the reference (the point estimate, on the decision's metric) is below m is "not supported
+(within m of the reference)" even when both intervals lie above 0; m = 0, the default, applies the intervals only.
 
 **Stability** (`--stable ARM`, issue 28's process-only arm): the arm's own after − before difference (per problem,
 the mean over its seeds of after-training minus before-training correctness, `pooled_difference` with
@@ -287,8 +290,10 @@ def decide(
     placebo_arms: set[str],
     stable_arms: frozenset[str] = frozenset(),
     decide_on: str = "accuracy",
+    margin: float = 0.0,
 ) -> str:
-    """The decision column (module docstring); `decide_on` is "accuracy" or "process" (ProcessAcc)."""
+    """The decision column (module docstring); `decide_on` is "accuracy" or "process" (ProcessAcc); `margin` the
+    smallest pooled difference against the reference that can be "supported" (0: the intervals alone)."""
     if row.label in stable_arms:
         if row.after_vs_before is None:
             return "undecided: no finished run" if not row.runs else "undecided: no after - before difference"
@@ -312,7 +317,11 @@ def decide(
     )
     if None in pair:
         return "undecided: a comparison is missing"
-    return "supported" if all(d.above_zero for d in pair) else "not supported"
+    if not all(d.above_zero for d in pair):
+        return "not supported"
+    if pair[0].diff < margin:
+        return f"not supported (within {margin:g} of the reference)"
+    return "supported"
 
 
 def compare_arms(
@@ -323,19 +332,23 @@ def compare_arms(
     seed: int = 0,
     stable: str = "",
     decide_on: str = "accuracy",
+    margin: float = 0.0,
 ) -> list[ArmRow]:
     """Every arm against `reference` and against its placebo (`parse_placebos`), pooled over finished seeds, and
     against itself before training; the arms named in `stable` (comma-separated) are judged by stability instead
-    (module docstring). Decisions on greedy accuracy, or on ProcessAcc with `decide_on="process"`. The reference's
-    row first, then the others in `variants` order.
+    (module docstring). Decisions on greedy accuracy, or on ProcessAcc with `decide_on="process"`, with the
+    pre-registered `margin` (a fraction, e.g. 0.03; 0 = the intervals alone). The reference's row first, then the
+    others in `variants` order.
 
     Raises:
         ValueError: the reference or a named arm or placebo is no arm (the message lists the arms), the reference
-            has no finished run, `decide_on` is not "accuracy" or "process", or `pooled_difference`'s errors (runs
-            that evaluated other problems).
+            has no finished run, `decide_on` is not "accuracy" or "process", `margin` is negative or not finite, or
+            `pooled_difference`'s errors (runs that evaluated other problems).
     """
     if decide_on not in DECIDE_ON:
         raise ValueError(f"decide_on={decide_on!r}: use one of {', '.join(DECIDE_ON)}")
+    if not (math.isfinite(margin) and margin >= 0.0):
+        raise ValueError(f"margin={margin!r}: use a fraction >= 0 (e.g. 0.03 for 3 points; 0 = the intervals alone)")
     labels = arm_labels(variants)
     rows = [ArmRow(label, v, v.finished) for label, v in zip(labels, variants, strict=True)]
     by_label = {row.label: row for row in rows}
@@ -374,7 +387,7 @@ def compare_arms(
                 row.process_vs_placebo = pooled_difference(
                     row.runs, placebo.runs, PROCESS_ACC, seeds=row.seeds, seed=seed
                 )
-        row.decision = decide(row, ref.label, placebo_arms, stable_arms, decide_on)
+        row.decision = decide(row, ref.label, placebo_arms, stable_arms, decide_on, margin)
     return [ref, *(row for row in rows if row is not ref)]
 
 
@@ -422,15 +435,20 @@ def _alarm(row: ArmRow) -> str:
     return "; ".join(parts + ([f"not recorded: {', '.join(unknown)}"] if unknown else [])) or MISSING
 
 
-def format_arm_comparison(rows: Sequence[ArmRow], reference: str, decide_on: str = "accuracy") -> str:
-    """The markdown section of `compare_arms`' rows (decided on `decide_on`): the rule, then one row per arm."""
+def format_arm_comparison(
+    rows: Sequence[ArmRow], reference: str, decide_on: str = "accuracy", margin: float = 0.0
+) -> str:
+    """The markdown section of `compare_arms`' rows (decided on `decide_on`, with `margin`): the rule, then one row
+    per arm."""
     ref = next((r.label for r in rows if r.decision == "reference"), reference)
     metric = "ProcessAcc" if decide_on == "process" else "greedy accuracy"
     lines = [
         f"## Paired comparison against `{ref}` and the placebos",
         "",
         f"Decision rule: an arm is **supported** only when its pooled paired difference in {metric} against "
-        f"the reference arm `{ref}` AND against its placebo arm both have 95% intervals entirely above 0; otherwise "
+        f"the reference arm `{ref}` AND against its placebo arm both have 95% intervals entirely above 0"
+        + (f" and its difference against `{ref}` is at least {margin:g} (the pre-registered margin)" if margin else "")
+        + "; otherwise "
         "not supported, or undecided when a comparison is missing. Pooled: per evaluation problem, the arm's mean "
         "correctness over its finished seeds minus the other arm's over its finished seeds, averaged over problems, "
         "with a percentile-bootstrap 95% interval over problems (1000 resamples). The interval holds the problems "

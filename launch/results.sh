@@ -122,11 +122,12 @@ grpo() {  # the organism's SFT checkpoint comes from the cache, as a fixed sweep
   return $status
 }
 
-grpo_corrupted() {  # §3's oracle arms from the corrupted-step organism (pre-registered: decided on ProcessAcc)
+grpo_corrupted() {  # §3's oracle arms from the corrupted-step organism (pre-registered: decided on ProcessAcc, with
+  # the clause "outcome only within 0.03 of the oracle arm: not supported" as --margin 0.03)
   local sweep=outputs/sweeps/process_rewards_organism_corrupted status=0
   launch/sweep.sh configs/sweeps/process_rewards_organism.yaml --output-dir $sweep \
     --set "model_name_or_path=$(sft_checkpoint configs/sft/organism_corrupted.yaml)" || status=$?
-  $PROCRL report $sweep --reference outcome --placebo oracle_shuffled --decide-on process \
+  $PROCRL report $sweep --reference outcome --placebo oracle_shuffled --decide-on process --margin 0.03 \
     --output-dir $OUT/process_rewards_organism_corrupted \
     --title "Process rewards in GRPO from the corrupted-step organism (issue 28 §3)"
   keep process_rewards_organism_corrupted $OUT/process_rewards_organism_corrupted/{report.md,curves.png}
@@ -147,6 +148,7 @@ grpo_pum_corrupted() {  # §3's PUM arms from the corrupted-step organism (§2's
   [ "${REPORT:-1}" = 0 ] && return $status
   for arm in outcome pum_mixed pum_shuffled pum_anchored pum_process; do [ -d $root/$arm ] && dirs+=($root/$arm); done
   $PROCRL report "${dirs[@]}" --reference outcome --placebo pum_shuffled --stable pum_process --decide-on process \
+    --margin 0.03 \
     --output-dir $OUT/process_rewards_organism_corrupted_pum \
     --title "PUM rewards in GRPO from the corrupted-step organism (issue 28 §3)"
   keep process_rewards_organism_corrupted_pum $OUT/process_rewards_organism_corrupted_pum/{report.md,curves.png}

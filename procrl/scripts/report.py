@@ -24,7 +24,8 @@ With `--reference ARM` (GRPO sweeps, issue 28 §3) `report.md` also gets the pai
 the pooled paired difference in accuracy (per problem, the arm's mean over seeds minus the other arm's, bootstrap 95%
 over problems) and each seed's, against the reference and against the arm's placebo (`--placebo PLACEBO` for every
 arm, `ARM=PLACEBO` for one, comma-separated); whether the reward-accuracy divergence alarm fired; and the decision:
-"supported" only when both intervals lie above 0 (`--decide-on process`: the ProcessAcc intervals). An arm is named by its config's stem without the arms' common
+"supported" only when both intervals lie above 0 (`--decide-on process`: the ProcessAcc intervals) and, with
+`--margin M` (a pre-registered margin, e.g. 0.03), the difference against the reference is at least M. An arm is named by its config's stem without the arms' common
 prefix (`arith_organism_oracle` -> `oracle`) or by its variant name. Runs that evaluated other problems are an error.
 
 Runs that did not finish are included by default and marked in the `status` column: an interrupted sweep's partial
@@ -34,6 +35,7 @@ Prints the table and the paths of the files.
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,6 +69,7 @@ _VALUE_FLAGS = (
     "--stable",
     "--decide_on",
     "--decide-on",
+    "--margin",
 )  # their next word is their value
 _BOOL_FLAGS = ("--finished_only", "--finished-only")  # may take an optional true/false word (HfArgumentParser)
 
@@ -127,6 +130,14 @@ class ReportArguments:
             "ProcessAcc, e.g. from the corrupted-step organism); needs --reference"
         },
     )
+    margin: float = field(
+        default=0.0,
+        metadata={
+            "help": "a pre-registered margin (a fraction, e.g. 0.03): an arm whose pooled difference against the "
+            "reference is below it is 'not supported (within M of the reference)' even when both intervals lie "
+            "above 0; 0 = the intervals alone; needs --reference"
+        },
+    )
 
     @property
     def metric_patterns(self) -> list[str]:
@@ -144,6 +155,10 @@ class ReportArguments:
             raise ValueError(f"--decide-on {self.decide_on!r}: use one of {', '.join(DECIDE_ON)}")
         if self.decide_on != "accuracy" and not self.reference:
             raise ValueError("--decide-on needs --reference ARM: it sets what the paired comparison decides on")
+        if not (math.isfinite(self.margin) and self.margin >= 0.0):
+            raise ValueError(f"--margin {self.margin!r}: use a fraction >= 0 (e.g. 0.03 for 3 points)")
+        if self.margin and not self.reference:
+            raise ValueError("--margin needs --reference ARM: it is a margin against the reference arm")
         if self.placebo and not self.reference:
             raise ValueError("--placebo needs --reference ARM: the paired comparison is against a reference arm")
         if self.title is not None and ("\n" in self.title or not self.title.strip()):
@@ -198,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     arms = ""
     if args.reference:
         try:
-            rows = compare_arms(variants, args.reference, args.placebo, stable=args.stable, decide_on=args.decide_on)
-            arms = format_arm_comparison(rows, args.reference, args.decide_on)
+            rows = compare_arms(
+                variants, args.reference, args.placebo, stable=args.stable, decide_on=args.decide_on, margin=args.margin
+            )
+            arms = format_arm_comparison(rows, args.reference, args.decide_on, args.margin)
         except ValueError as error:
             usage_error(PROG, error)
             return 1

@@ -161,6 +161,36 @@ def test_decide_on_process_reads_the_processacc_intervals():
         compare_arms(variants, "outcome", decide_on="steps")
 
 
+def test_a_preregistered_margin_turns_a_small_supported_effect_into_not_supported():
+    """Issue 28 §3's clause "if outcome only comes within 0.03 of the arm, not supported": ProcessAcc +0.025 on every
+    problem (both intervals exactly [+0.025, +0.025], above 0) -> not supported with margin 0.03, supported with 0.02,
+    just under 0.025 and without a margin (the intervals alone)."""
+    ids = [f"p{i}" for i in range(40)]
+    ref = [run("outcome", s, [1] * 40, [0.5] * 40, ids=ids) for s in (0, 1)]
+    arm = [run("oracle", s, [1] * 40, [0.525] * 40, ids=ids) for s in (0, 1)]
+    placebo = [run("oracle_shuffled", s, [1] * 40, [0.0] * 40, ids=ids) for s in (0, 1)]
+    variants = group_variants(ref + arm + placebo)
+
+    def compare(margin):
+        return compare_arms(variants, "outcome", "oracle_shuffled", decide_on="process", margin=margin)
+
+    row = by_label(compare(0.03))["oracle"]
+    assert row.process_vs_reference.diff == pytest.approx(0.025) and row.process_vs_reference.above_zero
+    assert row.process_vs_placebo.above_zero
+    assert row.decision == "not supported (within 0.03 of the reference)"
+    assert [by_label(compare(m))["oracle"].decision for m in (0.0, 0.02, 0.025 - 1e-9)] == ["supported"] * 3
+    text = format_arm_comparison(compare(0.03), "outcome", "process", 0.03)
+    assert "is at least 0.03 (the pre-registered margin)" in text
+    assert "pre-registered margin" not in format_arm_comparison(compare(0.0), "outcome", "process")
+    # the margin reads the decision's metric: on accuracy (equal in every arm) the arm is not supported anyway
+    assert by_label(compare_arms(variants, "outcome", "oracle_shuffled", margin=0.03))["oracle"].decision == (
+        "not supported"
+    )
+    for bad in (-0.01, math.nan, math.inf):
+        with pytest.raises(ValueError, match="margin=.*use a fraction >= 0"):
+            compare_arms(variants, "outcome", margin=bad)
+
+
 def test_arm_names_and_errors():
     variants = group_variants(fixture_runs())
     with pytest.raises(

@@ -62,6 +62,24 @@ def test_the_paired_comparison_across_two_sweeps(sweeps, tmp_path, capsys):
     assert rows["outcome"][15] == "reference" and rows["pum_shuffled"][15] == "placebo"
 
 
+def test_margin_flag(sweeps, tmp_path, capsys):
+    """`--margin 0.6`: the oracle arm's +0.500 against outcome (both intervals above 0) is below the pre-registered
+    margin -> "not supported (within 0.6 of the reference)"; `--margin 0.5` leaves it supported (not below)."""
+    out = tmp_path / "report"
+    argv = [str(sweeps[0]), "--reference", "outcome", "--placebo", "oracle_shuffled", "--output-dir", str(out)]
+    assert main([*argv, "--margin", "0.6"]) == 0
+    report = (out / "report.md").read_text()
+    assert _rows(report)["oracle"][15] == "not supported (within 0.6 of the reference)"
+    assert "is at least 0.6 (the pre-registered margin)" in report
+    capsys.readouterr()
+    assert main([*argv, "--margin", "0.5"]) == 0
+    assert _rows(capsys.readouterr().out)["oracle"][15] == "**supported**"
+    assert main([str(sweeps[0]), "--margin", "0.03", "--output-dir", str(out)]) == 2
+    assert "--margin needs --reference" in capsys.readouterr().err
+    assert main([*argv, "--margin", "-0.1"]) == 2
+    assert "--margin -0.1: use a fraction >= 0" in capsys.readouterr().err
+
+
 def test_errors(sweeps, tmp_path, capsys):
     out = ["--output-dir", str(tmp_path / "r")]
     assert main([str(sweeps[0]), "--reference", "nope", *out]) == 1
