@@ -25,8 +25,9 @@ the pooled paired difference in accuracy (per problem, the arm's mean over seeds
 over problems) and each seed's, against the reference and against the arm's placebo (`--placebo PLACEBO` for every
 arm, `ARM=PLACEBO` for one, comma-separated); whether the reward-accuracy divergence alarm fired; and the decision:
 "supported" only when both intervals lie above 0 (`--decide-on process`: the ProcessAcc intervals) and, with
-`--margin M` (a pre-registered margin, e.g. 0.03), the difference against the reference is at least M. An arm is named by its config's stem without the arms' common
-prefix (`arith_organism_oracle` -> `oracle`) or by its variant name. Runs that evaluated other problems are an error.
+`--margin M` (a pre-registered margin, e.g. 0.03), the difference against the reference is not below M. An arm is
+named by its config's stem without the arms' common prefix (`arith_organism_oracle` -> `oracle`) or by its variant
+name. Runs that evaluated other problems are an error.
 
 Runs that did not finish are included by default and marked in the `status` column: an interrupted sweep's partial
 results are still worth seeing, and dropping them silently would hide that the table is incomplete.
@@ -134,8 +135,8 @@ class ReportArguments:
         default=0.0,
         metadata={
             "help": "a pre-registered margin (a fraction, e.g. 0.03): an arm whose pooled difference against the "
-            "reference is below it is 'not supported (within M of the reference)' even when both intervals lie "
-            "above 0; 0 = the intervals alone; needs --reference"
+            "reference is below it (strictly) is 'not supported (within <margin> of the reference)' even when both "
+            "intervals lie above 0; 0 = the intervals alone; needs --reference"
         },
     )
 

@@ -162,7 +162,7 @@ def test_decide_on_process_reads_the_processacc_intervals():
 
 
 def test_a_preregistered_margin_turns_a_small_supported_effect_into_not_supported():
-    """Issue 28 §3's clause "if outcome only comes within 0.03 of the arm, not supported": ProcessAcc +0.025 on every
+    """docs/results §3's clause (outcome only within 0.03 of the oracle arm: not supported): ProcessAcc +0.025 on every
     problem (both intervals exactly [+0.025, +0.025], above 0) -> not supported with margin 0.03, supported with 0.02,
     just under 0.025 and without a margin (the intervals alone)."""
     ids = [f"p{i}" for i in range(40)]
