@@ -343,13 +343,15 @@ def compare_arms(
 
     Raises:
         ValueError: the reference or a named arm or placebo is no arm (the message lists the arms), the reference
-            has no finished run, `decide_on` is not "accuracy" or "process", `margin` is negative or not finite, or
+            has no finished run, `decide_on` is not "accuracy" or "process", `margin` is outside [0, 1], or
             `pooled_difference`'s errors (runs that evaluated other problems).
     """
     if decide_on not in DECIDE_ON:
         raise ValueError(f"decide_on={decide_on!r}: use one of {', '.join(DECIDE_ON)}")
-    if not (math.isfinite(margin) and margin >= 0.0):
-        raise ValueError(f"margin={margin!r}: use a fraction >= 0 (e.g. 0.03 for 3 points; 0 = the intervals alone)")
+    if not (math.isfinite(margin) and 0.0 <= margin <= 1.0):
+        raise ValueError(
+            f"margin={margin!r}: use a fraction in [0, 1] (e.g. 0.03 for 3 points; 0 = the intervals alone)"
+        )
     labels = arm_labels(variants)
     rows = [ArmRow(label, v, v.finished) for label, v in zip(labels, variants, strict=True)]
     by_label = {row.label: row for row in rows}

@@ -1,8 +1,8 @@
 """`procrl report`: compare runs from their records, without any server: a markdown table and plots.
 
-    procrl report runs/sweeps/reward_ablation_svamp              # a sweep directory: every run.json below it
+    procrl report outputs/sweeps/reward_ablation_svamp           # a sweep directory: every run.json below it
     procrl report outputs/grpo_a outputs/grpo_b --output-dir report --title "PiCSAR vs outcome"
-    procrl report runs/sweeps/x --finished-only                   # leave out runs that did not finish
+    procrl report outputs/sweeps/x --finished-only                # leave out runs that did not finish
     procrl report outputs/select --metrics 'bestofn/*/acc@16,bestofn/*/auroc'    # a select run's best-of-k metrics
     procrl report outputs/sweeps/a outputs/sweeps/b --reference outcome --placebo oracle_shuffled   # paired arms
     python -m procrl.scripts.report --config report.yaml          # a YAML of these fields; flags override it
@@ -134,7 +134,7 @@ class ReportArguments:
     margin: float = field(
         default=0.0,
         metadata={
-            "help": "a pre-registered margin (a fraction, e.g. 0.03): an arm whose pooled difference against the "
+            "help": "a pre-registered margin (a fraction in [0, 1], e.g. 0.03): an arm whose pooled difference against the "
             "reference is below it (strictly) is 'not supported (within <margin> of the reference)' even when both "
             "intervals lie above 0; 0 = the intervals alone; needs --reference"
         },
@@ -156,8 +156,8 @@ class ReportArguments:
             raise ValueError(f"--decide-on {self.decide_on!r}: use one of {', '.join(DECIDE_ON)}")
         if self.decide_on != "accuracy" and not self.reference:
             raise ValueError("--decide-on needs --reference ARM: it sets what the paired comparison decides on")
-        if not (math.isfinite(self.margin) and self.margin >= 0.0):
-            raise ValueError(f"--margin {self.margin!r}: use a fraction >= 0 (e.g. 0.03 for 3 points)")
+        if not (math.isfinite(self.margin) and 0.0 <= self.margin <= 1.0):
+            raise ValueError(f"--margin {self.margin!r}: use a fraction in [0, 1] (e.g. 0.03 for 3 points, not 3)")
         if self.margin and not self.reference:
             raise ValueError("--margin needs --reference ARM: it is a margin against the reference arm")
         if self.placebo and not self.reference:

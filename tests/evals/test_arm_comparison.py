@@ -186,8 +186,8 @@ def test_a_preregistered_margin_turns_a_small_supported_effect_into_not_supporte
     assert by_label(compare_arms(variants, "outcome", "oracle_shuffled", margin=0.03))["oracle"].decision == (
         "not supported"
     )
-    for bad in (-0.01, math.nan, math.inf):
-        with pytest.raises(ValueError, match="margin=.*use a fraction >= 0"):
+    for bad in (-0.01, 3.0, math.nan, math.inf):  # 3.0: "3 points" typed as a number of points
+        with pytest.raises(ValueError, match=r"margin=.*use a fraction in \[0, 1\]"):
             compare_arms(variants, "outcome", margin=bad)
 
 

@@ -77,7 +77,9 @@ def test_margin_flag(sweeps, tmp_path, capsys):
     assert main([str(sweeps[0]), "--margin", "0.03", "--output-dir", str(out)]) == 2
     assert "--margin needs --reference" in capsys.readouterr().err
     assert main([*argv, "--margin", "-0.1"]) == 2
-    assert "--margin -0.1: use a fraction >= 0" in capsys.readouterr().err
+    assert "--margin -0.1: use a fraction in [0, 1]" in capsys.readouterr().err
+    assert main([*argv, "--margin", "3"]) == 2  # 3 points typed as 3
+    assert "--margin 3.0: use a fraction in [0, 1] (e.g. 0.03 for 3 points, not 3)" in capsys.readouterr().err
 
 
 def test_errors(sweeps, tmp_path, capsys):
