@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from procrl.data_builders.arithmetic import is_arithmetic_spec, parse_arithmetic_spec
+from procrl.data_builders.prompts import resolve_template
 from procrl.evals.offline import OfflineSamplingConfig, Setup, load_rows, load_setup, sampling_params
 from procrl.evals.selection import _decode, store_dir
 from procrl.evals.stats import BOOTSTRAP_RESAMPLES, bootstrap_mean_interval, pass_at_k, ratio, wilson_interval
@@ -54,6 +55,7 @@ __all__ = [
     "is_edge",
     "check_completion",
     "level_metrics",
+    "prompt_mismatch",
     "run_calibration",
     "sft_provenance",
 ]
@@ -303,7 +305,8 @@ def edge_levels(levels: list[dict], *, low: float, high: float, min_pass: float)
 def sft_provenance(model: str) -> dict | None:
     """The SFT provenance of the policy `model` (a name `resolve_model` maps, or a directory): from the manifest
     `sft.json` that `procrl sft` writes into its checkpoints, `manifest` (its path), `key`, `base_model`, `dataset`,
-    `rows`, `steps`, `wall_time_s`, `train_loss` and `created_at` (None where the manifest lacks one). None when the
+    `prompt_template` (what it was trained on), `rows`, `steps`, `wall_time_s`, `train_loss` and `created_at` (None
+    where the manifest lacks one: checkpoints from before the template was recorded have none). None when the
     directory has no manifest (not an SFT checkpoint, or a hub id); an unreadable manifest gives `manifest` and
     `error` (logged)."""
     path = Path(resolve_model(model)) / SFT_MANIFEST
@@ -314,7 +317,7 @@ def sft_provenance(model: str) -> dict | None:
         data, train = manifest.get("data") or {}, manifest.get("train") or {}
         return {
             "manifest": str(path),
-            **{k: manifest.get(k) for k in ("key", "base_model", "dataset")},
+            **{k: manifest.get(k) for k in ("key", "base_model", "dataset", "prompt_template")},
             "rows": data.get("rows"),
             **{k: train.get(k) for k in ("steps", "wall_time_s", "train_loss")},
             "created_at": manifest.get("created_at"),
@@ -322,6 +325,29 @@ def sft_provenance(model: str) -> dict | None:
     except (OSError, ValueError, AttributeError) as error:
         logger.warning("calibrate: %s is not a readable SFT manifest (%s); provenance not recorded", path, error)
         return {"manifest": str(path), "error": f"{type(error).__name__}: {error}"}
+
+
+def prompt_mismatch(sft: dict | None, prompt_template: str) -> str | None:
+    """Why sampling an SFT checkpoint with `prompt_template` misjudges it, or None: the checkpoint's manifest
+    (`sft_provenance`) records another template (names resolved, `resolve_template`). None when there is no manifest
+    or it records no template (older checkpoints): nothing to compare.
+
+        >>> prompt_mismatch({"key": "k1", "prompt_template": "{question}"}, "{question}") is None
+        True
+        >>> prompt_mismatch({"key": "k1", "prompt_template": "{question}"}, "one_shot")[:52]
+        'the SFT checkpoint k1 was trained on prompt_template'
+    """
+    trained = (sft or {}).get("prompt_template")
+
+    def resolved(template: Any) -> Any:
+        return resolve_template(template) if isinstance(template, str) else template
+
+    if trained is None or resolved(trained) == resolved(prompt_template):
+        return None
+    return (
+        f"the SFT checkpoint {sft.get('key')} was trained on prompt_template {trained!r} but is sampled with "
+        f"{prompt_template!r}: its accuracy here says little about the policy; pass --prompt-template {trained!r}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -401,7 +427,8 @@ def run_calibration(config: CalibrationConfig) -> dict:
 
     The policy's engine is built once (`load_setup`) and serves every level. The result (json-safe; `procrl
     calibrate` keeps it in run.json, the texts in texts.jsonl): `command` ("calibrate"), `model`, `label`,
-    `settings` (every field), `sft` (`sft_provenance`, None without a manifest), `levels` (one per level, in order:
+    `settings` (every field), `sft` (`sft_provenance`, None without a manifest), `prompt_mismatch` (`prompt_mismatch`:
+    the checkpoint was trained on another prompt template, also logged as a warning; None otherwise), `levels` (one per level, in order:
     `level`, `dataset` (the slice), `metrics` (`level_metrics`), `edge`, `samples` (the shard files of the samples
     and greedy decodes in the store, and `from_cache` / `greedy_from_cache`: nothing was generated), `wall_time_s`,
     `problems` (per problem: `problem_id`, `answer`, `samples` and `greedy` as `check_completion` records)),
@@ -412,6 +439,9 @@ def run_calibration(config: CalibrationConfig) -> dict:
     Raises:
         ValueError: a level that cannot be loaded (an unknown set, fewer problems than `start + n_problems`).
     """
+    sft = sft_provenance(config.model)
+    if mismatch := prompt_mismatch(sft, config.prompt_template):
+        logger.warning("calibrate: %s", mismatch)
     t0 = time.perf_counter()
     setup = load_setup(_level_config(config, config.levels[0]))
     t_setup = time.perf_counter() - t0
@@ -431,7 +461,8 @@ def run_calibration(config: CalibrationConfig) -> dict:
         "model": config.model,
         "label": config.policy_label,
         "settings": config.settings(),
-        "sft": sft_provenance(config.model),
+        "sft": sft,
+        "prompt_mismatch": prompt_mismatch(sft, config.prompt_template),
         "levels": levels,
         "edge_levels": edge_levels(levels, **rule),
         "edge_rule": {**rule, "k": PASS_K},

@@ -365,6 +365,7 @@ def train_sft(plan: SFTPlan, script: SFTScriptArguments, training: SFTTrainingCo
                 "key_inputs": summary["key_inputs"],
                 "base_model": plan.model_name,
                 "dataset": base["dataset"],
+                "prompt_template": base["prompt_template"],  # what the policy should be prompted with afterwards
                 "data": summary["data"],
                 "train": train_info,
                 "created_at": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -10,6 +10,7 @@ import statistics
 
 import pytest
 
+from procrl.data_builders.prompts import resolve_template
 from procrl.evals.calibration import (
     SFT_MANIFEST,
     CalibrationConfig,
@@ -17,6 +18,7 @@ from procrl.evals.calibration import (
     edge_levels,
     is_edge,
     level_metrics,
+    prompt_mismatch,
     sft_provenance,
 )
 from procrl.evals.calibration_report import TABLE_HEADER, calibration_markdown, calibration_rows
@@ -174,14 +176,30 @@ def test_sft_provenance_reads_the_manifest(tmp_path):
         "key": "abc123",
         "base_model": "default",
         "dataset": "arith-ops3-d2-train[0:]",
+        "prompt_template": None,  # a manifest from before the template was recorded
         "rows": 500,
         "steps": 40,
         "wall_time_s": 321.5,
         "train_loss": 0.8,
         "created_at": "2026-01-01T00:00:00Z",
     }
+    (tmp_path / SFT_MANIFEST).write_text(json.dumps({**manifest, "prompt_template": "{question}"}))
+    assert sft_provenance(str(tmp_path))["prompt_template"] == "{question}"
     (tmp_path / SFT_MANIFEST).write_text("{not json")
     assert "error" in sft_provenance(str(tmp_path))
+
+
+def test_prompt_mismatch_names_the_trained_template():
+    """An organism trained on "{question}" and sampled with calibrate's default one-shot prompt gets a warning that
+    names the flag to pass; the same template (by name or text), no manifest or no recorded template: none."""
+    sft = {"key": "3d9d", "prompt_template": "{question}"}
+    message = prompt_mismatch(sft, "one_shot")
+    assert message.startswith("the SFT checkpoint 3d9d was trained on prompt_template '{question}'")
+    assert message.endswith("pass --prompt-template '{question}'")
+    assert prompt_mismatch(sft, "{question}") is None
+    assert prompt_mismatch({"key": "k", "prompt_template": resolve_template("zero_shot")}, "zero_shot") is None
+    assert prompt_mismatch({"key": "k", "prompt_template": "one_shot"}, "zero_shot") is not None
+    assert prompt_mismatch(None, "one_shot") is None and prompt_mismatch({"key": "k"}, "one_shot") is None
 
 
 def level(name, acc, ci, pass8, edge, process=None):

@@ -108,6 +108,7 @@ def test_trains_then_hits_the_cache_then_force_retrains(tiny_dir, traces, tmp_pa
     assert AutoTokenizer.from_pretrained(checkpoint).chat_template == tokenizer.chat_template
     manifest = json.loads((checkpoint / sft_cache.MANIFEST).read_text())
     assert manifest["key"] == result["key"] and manifest["train"]["steps"] == 2
+    assert manifest["prompt_template"] == TEMPLATE  # calibrate warns when it samples with another one
     weights = checkpoint / "model.safetensors"
     stamp = (weights.stat().st_ino, weights.stat().st_mtime_ns)
 
