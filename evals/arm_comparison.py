@@ -21,10 +21,10 @@ seeds, which the seeds' own differences show.
 
 **Decision** (`decide`): an arm is "supported" only when its pooled accuracy interval against the reference AND
 against its placebo both lie above 0 (low end > 0) — or its ProcessAcc intervals, with `decide_on="process"`
-(issue 28 §3 from the corrupted-step warm start, whose deficit is in its steps); "not supported" otherwise; undecided ("no placebo arm", "no
-finished run") when either comparison is missing. The reference is "reference", a placebo arm "placebo". With a
-pre-registered `margin` m > 0 (docs/results/README.md §3: "If outcome only already lifts ProcessAcc to within 0.03
-of the oracle arm, the claim is 'not supported' here too"), an arm whose pooled difference against the reference
+(issue 28 §3 from the corrupted-step warm start, whose deficit is in its steps); "not supported" otherwise;
+undecided ("no placebo arm", "no finished run") when either comparison is missing. The reference is "reference", a
+placebo arm "placebo". With a pre-registered `margin` m > 0 (docs/results/README.md §3: "If outcome only already
+lifts ProcessAcc to within 0.03 of the oracle arm, the claim is 'not supported' here too"), an arm whose pooled difference against the reference
 (the point estimate, on the decision's metric) is strictly below m is "not supported (within m of the reference)"
 even when both intervals lie above 0; m = 0, the default, applies the intervals only.
 

@@ -428,8 +428,8 @@ def run_calibration(config: CalibrationConfig) -> dict:
     The policy's engine is built once (`load_setup`) and serves every level. The result (json-safe; `procrl
     calibrate` keeps it in run.json, the texts in texts.jsonl): `command` ("calibrate"), `model`, `label`,
     `settings` (every field), `sft` (`sft_provenance`, None without a manifest), `prompt_mismatch` (`prompt_mismatch`:
-    the checkpoint was trained on another prompt template, also logged as a warning; None otherwise), `levels` (one per level, in order:
-    `level`, `dataset` (the slice), `metrics` (`level_metrics`), `edge`, `samples` (the shard files of the samples
+    the checkpoint was trained on another prompt template, also logged as a warning; None otherwise), `levels` (one
+    per level, in order: `level`, `dataset` (the slice), `metrics` (`level_metrics`), `edge`, `samples` (the shard files of the samples
     and greedy decodes in the store, and `from_cache` / `greedy_from_cache`: nothing was generated), `wall_time_s`,
     `problems` (per problem: `problem_id`, `answer`, `samples` and `greedy` as `check_completion` records)),
     `edge_levels` (names), `edge_rule`, `engine` (the store's engine key), `cache_dir`, `from_cache` (every level
@@ -440,7 +440,8 @@ def run_calibration(config: CalibrationConfig) -> dict:
         ValueError: a level that cannot be loaded (an unknown set, fewer problems than `start + n_problems`).
     """
     sft = sft_provenance(config.model)
-    if mismatch := prompt_mismatch(sft, config.prompt_template):
+    mismatch = prompt_mismatch(sft, config.prompt_template)
+    if mismatch:
         logger.warning("calibrate: %s", mismatch)
     t0 = time.perf_counter()
     setup = load_setup(_level_config(config, config.levels[0]))
@@ -462,7 +463,7 @@ def run_calibration(config: CalibrationConfig) -> dict:
         "label": config.policy_label,
         "settings": config.settings(),
         "sft": sft,
-        "prompt_mismatch": prompt_mismatch(sft, config.prompt_template),
+        "prompt_mismatch": mismatch,
         "levels": levels,
         "edge_levels": edge_levels(levels, **rule),
         "edge_rule": {**rule, "k": PASS_K},

@@ -134,8 +134,8 @@ class ReportArguments:
     margin: float = field(
         default=0.0,
         metadata={
-            "help": "a pre-registered margin (a fraction in [0, 1], e.g. 0.03): an arm whose pooled difference against the "
-            "reference is below it (strictly) is 'not supported (within <margin> of the reference)' even when both "
+            "help": "a pre-registered margin (a fraction in [0, 1], e.g. 0.03): an arm whose pooled difference "
+            "against the reference is below it (strictly) is 'not supported (within <margin> of the reference)' even when both "
             "intervals lie above 0; 0 = the intervals alone; needs --reference"
         },
     )
