@@ -24,9 +24,10 @@ against its placebo both lie above 0 (low end > 0) — or its ProcessAcc interva
 (issue 28 §3 from the corrupted-step warm start, whose deficit is in its steps); "not supported" otherwise;
 undecided ("no placebo arm", "no finished run") when either comparison is missing. The reference is "reference", a
 placebo arm "placebo". With a pre-registered `margin` m > 0 (docs/results/README.md §3: "If outcome only already
-lifts ProcessAcc to within 0.03 of the oracle arm, the claim is 'not supported' here too"), an arm whose pooled difference against the reference
-(the point estimate, on the decision's metric) is strictly below m is "not supported (within m of the reference)"
-even when both intervals lie above 0; m = 0, the default, applies the intervals only.
+lifts ProcessAcc to within 0.03 of the oracle arm, the claim is 'not supported' here too"), an arm whose pooled
+difference against the reference (the point estimate, on the decision's metric) is strictly below m is "not
+supported (within m of the reference)" even when both intervals lie above 0; m = 0, the default, applies the
+intervals only.
 
 **Stability** (`--stable ARM`, issue 28's process-only arm): the arm's own after − before difference (per problem,
 the mean over its seeds of after-training minus before-training correctness, `pooled_difference` with
